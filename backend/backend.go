@@ -15,6 +15,8 @@ import (
 	"io"
 	"sort"
 	"sync"
+
+	"github.com/a55dbaac/berth/config"
 )
 
 // ProcSpec describes a process to start inside an environment.
@@ -81,6 +83,14 @@ type Recreator interface {
 	Recreated() bool
 }
 
+// SessionEnver is implemented by backends that have variables to deliver
+// into the persistent shell (forwarded secrets, env_passthrough). The session
+// exports them through the shell's stdin at start, so they never appear in a
+// command line or in the environment's stored configuration.
+type SessionEnver interface {
+	SessionEnv() map[string]string
+}
+
 // ErrNoTTY is returned by Start when the backend cannot allocate a terminal.
 var ErrNoTTY = errors.New("backend: pseudo-terminal not supported")
 
@@ -104,17 +114,19 @@ func (e *UnreachableError) Error() string {
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
-// Options carries the settings a backend constructor receives. It is a
-// narrow view of the configuration so backends do not depend on the config
-// package's file format.
+// Options carries what a backend constructor receives.
 type Options struct {
 	// Key is the environment key (the task id); backends use it to name and
 	// label what they create.
 	Key string
-	// Settings is the flat terminal configuration (backend-specific keys
-	// such as docker_image or ssh_host), already merged from file,
-	// environment and flags.
-	Settings map[string]any
+	// Config is the merged terminal configuration (file, environment, flags).
+	Config config.Terminal
+	// Home is the berth home directory (default ~/.berth) where backends may
+	// keep state such as caches or known hosts.
+	Home string
+	// Getenv looks up a variable in the environment berth was started with,
+	// including the .env file beside the config. Nil means os.Getenv.
+	Getenv func(string) string
 }
 
 // Factory creates a backend for one environment key.
