@@ -1,0 +1,387 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// LoadOptions are the inputs of Load besides the config file itself.
+type LoadOptions struct {
+	// ConfigPath is the value of the --config flag, "" if not given.
+	ConfigPath string
+	// Flags maps a key to the raw value given on the command line, e.g.
+	// {"backend": "docker", "timeout": "5", "cwd": "/tmp"}. Keys are terminal
+	// keys, bare or dotted ("terminal.timeout"), or "tool_output.max_bytes";
+	// values are parsed like the environment variables.
+	Flags map[string]string
+	// Getenv reads the process environment; nil means os.Getenv. Tests
+	// inject their own.
+	Getenv func(string) string
+}
+
+// Config is the merged configuration: defaults, then the config file, then
+// TERMINAL_* environment variables (the process environment, else .env),
+// then command-line flags.
+type Config struct {
+	// Path is the config file that was read, absolute; "" if there was none
+	// at the default location.
+	Path string
+	// Home is the berth home directory (BERTH_HOME, else ~/.berth), absolute.
+	// Load does not create it.
+	Home string
+	// Terminal is the merged terminal configuration.
+	Terminal Terminal
+	// MaxOutputChars is tool_output.max_bytes: the size at which a command's
+	// output is cut to its head and tail.
+	MaxOutputChars int
+	// Sources maps every dotted key ("terminal.backend",
+	// "tool_output.max_bytes") to where its value came from: "default",
+	// "file", "env:TERMINAL_X" (process environment or .env) or "flag".
+	Sources map[string]string
+	// Warnings are problems that did not stop loading: unknown or duplicate
+	// keys in the file, unreadable .env lines.
+	Warnings []string
+	// DotEnv holds the values of the .env file beside the config file.
+	DotEnv map[string]string
+
+	getenv func(string) string
+}
+
+// Getenv returns the variable name from the process environment or, when it
+// is unset or empty there, from the .env file.
+func (c *Config) Getenv(name string) string {
+	get := c.getenv
+	if get == nil {
+		get = os.Getenv
+	}
+	if v := get(name); v != "" {
+		return v
+	}
+	return c.DotEnv[name]
+}
+
+// HomeDir returns the berth home: $BERTH_HOME if set (a leading ~ expanded),
+// else ~/.berth; always absolute. getenv nil means os.Getenv.
+func HomeDir(getenv func(string) string) (string, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if h := getenv("BERTH_HOME"); h != "" {
+		p, err := expandHome(h, getenv)
+		if err != nil {
+			return "", fmt.Errorf("BERTH_HOME=%q: %w", h, err)
+		}
+		return filepath.Abs(p)
+	}
+	u, err := userHome(getenv)
+	if err != nil {
+		return "", fmt.Errorf("cannot find the berth home (set BERTH_HOME): %w", err)
+	}
+	return filepath.Abs(filepath.Join(u, ".berth"))
+}
+
+// userHome returns $HOME from getenv, else the user's home directory.
+func userHome(getenv func(string) string) (string, error) {
+	if h := getenv("HOME"); h != "" {
+		return h, nil
+	}
+	return os.UserHomeDir()
+}
+
+// expandHome replaces a leading "~" or "~/" with the user's home directory.
+func expandHome(p string, getenv func(string) string) (string, error) {
+	if p != "~" && !strings.HasPrefix(p, "~/") {
+		return p, nil
+	}
+	h, err := userHome(getenv)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(h, p[1:]), nil
+}
+
+// ResolvePath returns the config file to use: configFlag (the --config
+// value) if not empty, else $BERTH_CONFIG, else $BERTH_HOME/config.yaml
+// (BERTH_HOME defaults to ~/.berth). explicit is true for the first two,
+// where a missing file is an error. A leading ~ is expanded and the path
+// made absolute. getenv nil means os.Getenv.
+func ResolvePath(configFlag string, getenv func(string) string) (path string, explicit bool, err error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	for _, c := range []struct{ val, from string }{{configFlag, "--config"}, {getenv("BERTH_CONFIG"), "BERTH_CONFIG"}} {
+		if c.val == "" {
+			continue
+		}
+		p, err := expandHome(c.val, getenv)
+		if err != nil {
+			return "", true, fmt.Errorf("%s %q: %w", c.from, c.val, err)
+		}
+		p, err = filepath.Abs(p)
+		return p, true, err
+	}
+	home, err := HomeDir(getenv)
+	if err != nil {
+		return "", false, err
+	}
+	return filepath.Join(home, "config.yaml"), false, nil
+}
+
+// Load reads the configuration: the file chosen by ResolvePath, the .env
+// file beside it, TERMINAL_* variables and opts.Flags, in increasing order
+// of precedence. Every malformed value is reported, each error naming the
+// key or variable, the value and what is accepted. Sections of the file
+// other than terminal: and tool_output: are ignored, so a Hermes config
+// file works as is; unknown keys inside those two sections become
+// Warnings.
+func Load(opts LoadOptions) (*Config, error) {
+	getenv := opts.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	home, err := HomeDir(getenv)
+	if err != nil {
+		return nil, err
+	}
+	path, explicit, err := ResolvePath(opts.ConfigPath, getenv)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{
+		Home:           home,
+		Terminal:       Defaults(),
+		MaxOutputChars: DefaultMaxOutputChars,
+		Sources:        map[string]string{},
+		getenv:         getenv,
+	}
+	for _, k := range allKeys {
+		c.Sources[k.full()] = "default"
+	}
+
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		c.Path = path
+	case errors.Is(err, fs.ErrNotExist) && explicit:
+		from := "--config"
+		if opts.ConfigPath == "" {
+			from = "BERTH_CONFIG"
+		}
+		return nil, fmt.Errorf("config file %s (from %s) does not exist", path, from)
+	case errors.Is(err, fs.ErrNotExist):
+		data = nil
+	default:
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+
+	dot, warns, err := readDotEnv(filepath.Join(filepath.Dir(path), ".env"))
+	if err != nil {
+		return nil, err
+	}
+	c.DotEnv = dot
+	c.Warnings = append(c.Warnings, warns...)
+
+	var errs []error
+	if c.Path != "" {
+		errs = append(errs, c.applyFile(data)...)
+	}
+	for _, k := range allKeys {
+		if k.env == "" {
+			continue
+		}
+		raw := c.Getenv(k.env)
+		if raw == "" {
+			continue
+		}
+		v, p := k.parse(raw)
+		if p != "" {
+			from := ""
+			if getenv(k.env) == "" {
+				from = " (from " + filepath.Join(filepath.Dir(path), ".env") + ")"
+			}
+			errs = append(errs, fmt.Errorf("%s=%q%s: %s", k.env, raw, from, k.problem(p)))
+			continue
+		}
+		c.assign(k, v)
+		c.Sources[k.full()] = "env:" + k.env
+	}
+	flagNames := make([]string, 0, len(opts.Flags))
+	for name := range opts.Flags {
+		flagNames = append(flagNames, name)
+	}
+	sort.Strings(flagNames)
+	for _, name := range flagNames {
+		raw := opts.Flags[name]
+		k, err := lookupKey(name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("flag: %w", err))
+			continue
+		}
+		v, p := k.parse(raw)
+		if p != "" {
+			errs = append(errs, fmt.Errorf("flag %s %q: %s", k.full(), raw, k.problem(p)))
+			continue
+		}
+		c.assign(k, v)
+		c.Sources[k.full()] = "flag"
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// applyFile merges the terminal: and tool_output: sections of the YAML text
+// data into c.
+func (c *Config) applyFile(data []byte) []error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return []error{fmt.Errorf("config file %s: %w", c.Path, err)}
+	}
+	root := docRoot(&doc)
+	if isNull(root) {
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return []error{fmt.Errorf("config file %s: the top level must be a mapping of sections (terminal:, ...)", c.Path)}
+	}
+	var errs []error
+	for _, section := range []string{"terminal", "tool_output"} {
+		_, sec := lookupNode(root, section)
+		sec = deref(sec)
+		if isNull(sec) {
+			continue
+		}
+		if sec.Kind != yaml.MappingNode {
+			errs = append(errs, fmt.Errorf("%s in %s (line %d): must be a mapping of keys", section, c.Path, sec.Line))
+			continue
+		}
+		seen := map[string]bool{}
+		var names []string
+		for _, k := range allKeys {
+			if k.section == section {
+				names = append(names, k.name)
+			}
+		}
+		for i := 0; i+1 < len(sec.Content); i += 2 {
+			kn, vn := deref(sec.Content[i]), sec.Content[i+1]
+			name := kn.Value
+			k := keyByFull[section+"."+name]
+			if kn.Kind != yaml.ScalarNode || k == nil {
+				w := fmt.Sprintf("%s.%s in %s (line %d): unknown key, ignored", section, name, c.Path, kn.Line)
+				if s := suggest(name, names, ""); s != "" {
+					w += " (did you mean " + s + "?)"
+				}
+				c.Warnings = append(c.Warnings, w)
+				continue
+			}
+			if seen[name] {
+				c.Warnings = append(c.Warnings, fmt.Sprintf("%s in %s (line %d): key given more than once; the last one wins", k.full(), c.Path, kn.Line))
+			}
+			seen[name] = true
+			v, set, raw, p := k.fromNode(vn)
+			if p != "" {
+				if raw != "" || deref(vn).Kind == yaml.ScalarNode {
+					errs = append(errs, fmt.Errorf("%s %q in %s: %s", k.full(), raw, c.Path, k.problem(p)))
+				} else {
+					errs = append(errs, fmt.Errorf("%s in %s (line %d): %s", k.full(), c.Path, vn.Line, k.problem(p)))
+				}
+				continue
+			}
+			if set {
+				c.assign(k, v)
+				c.Sources[k.full()] = "file"
+			}
+		}
+	}
+	return errs
+}
+
+// docRoot returns the top node of a parsed document, nil if it is empty.
+func docRoot(doc *yaml.Node) *yaml.Node {
+	if doc.Kind == yaml.DocumentNode {
+		if len(doc.Content) == 0 {
+			return nil
+		}
+		return doc.Content[0]
+	}
+	if doc.Kind == 0 {
+		return nil
+	}
+	return doc
+}
+
+// lookupNode returns the last key node named name in mapping m and its value.
+func lookupNode(m *yaml.Node, name string) (key, val *yaml.Node) {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil, nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if k := deref(m.Content[i]); k.Kind == yaml.ScalarNode && k.Value == name {
+			key, val = m.Content[i], m.Content[i+1]
+		}
+	}
+	return key, val
+}
+
+// assign stores the typed value v of key k.
+func (c *Config) assign(k *keyInfo, v any) {
+	if k.field < 0 {
+		c.MaxOutputChars = v.(int)
+		return
+	}
+	f := reflect.ValueOf(&c.Terminal).Elem().Field(k.field)
+	f.Set(reflect.ValueOf(v).Convert(f.Type()))
+}
+
+// value returns the effective value of key k.
+func (c *Config) value(k *keyInfo) any {
+	if k.field < 0 {
+		return c.MaxOutputChars
+	}
+	f := reflect.ValueOf(c.Terminal).Field(k.field)
+	switch k.kind {
+	case kindString:
+		return f.String()
+	case kindInt:
+		return int(f.Int())
+	case kindFloat:
+		return f.Float()
+	case kindBool:
+		return f.Bool()
+	case kindList:
+		return f.Convert(reflect.TypeFor[[]string]()).Interface()
+	default:
+		return f.Convert(reflect.TypeFor[map[string]string]()).Interface()
+	}
+}
+
+// Get returns the effective value of a dotted key ("terminal.backend",
+// "terminal.docker_volumes", "tool_output.max_bytes"; a bare terminal key
+// such as "backend" also works) formatted for printing: scalars plain,
+// lists and maps as JSON.
+func (c *Config) Get(key string) (string, error) {
+	k, err := lookupKey(key)
+	if err != nil {
+		return "", err
+	}
+	return formatValue(c.value(k)), nil
+}
+
+// Source returns where the value of key came from ("default", "file",
+// "env:TERMINAL_X" or "flag"); key is resolved like in Get.
+func (c *Config) Source(key string) (string, error) {
+	k, err := lookupKey(key)
+	if err != nil {
+		return "", err
+	}
+	return c.Sources[k.full()], nil
+}
