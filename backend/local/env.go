@@ -1,0 +1,63 @@
+package local
+
+import (
+	"strings"
+)
+
+// secretPrefixes are name prefixes of provider keys, base URLs and tokens
+// that must not reach commands the agent runs.
+var secretPrefixes = []string{
+	"OPENAI_", "ANTHROPIC_", "OPENROUTER_", "GEMINI_", "GROQ_", "MISTRAL_",
+	"DEEPSEEK_", "TOGETHER_", "XAI_", "COHERE_", "FIREWORKS_", "PERPLEXITY_",
+	"AZURE_OPENAI_", "HUGGINGFACE_", "MODAL_TOKEN_", "NOUS_", "KIMI_", "MOONSHOT_",
+}
+
+// secretNames are exact names that are secrets without a telling shape.
+var secretNames = map[string]bool{
+	"GOOGLE_API_KEY": true, "GH_TOKEN": true, "GITHUB_TOKEN": true,
+	"DAYTONA_API_KEY": true, "DAYTONA_API_URL": true, "SUDO_PASSWORD": true,
+	"HF_TOKEN": true, "AWS_SECRET_ACCESS_KEY": true, "AWS_SESSION_TOKEN": true,
+	"TELEGRAM_BOT_TOKEN": true, "DISCORD_BOT_TOKEN": true, "SLACK_BOT_TOKEN": true,
+	"SLACK_APP_TOKEN": true, "BERTH_TOKEN": true,
+}
+
+// secretSuffixes catch the common naming conventions for credentials.
+var secretSuffixes = []string{"_API_KEY", "_SECRET", "_TOKEN", "_SECRET_KEY", "_PASSWORD"}
+
+// IsSecret reports whether an environment variable name looks like a
+// credential that the local backend withholds from commands.
+func IsSecret(name string) bool {
+	up := strings.ToUpper(name)
+	if secretNames[up] {
+		return true
+	}
+	for _, p := range secretPrefixes {
+		if strings.HasPrefix(up, p) {
+			return true
+		}
+	}
+	for _, s := range secretSuffixes {
+		if strings.HasSuffix(up, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// FilterEnv returns environ without secrets, except the names listed in
+// passthrough, which the user explicitly re-allowed.
+func FilterEnv(environ []string, passthrough []string) []string {
+	allow := make(map[string]bool, len(passthrough))
+	for _, n := range passthrough {
+		allow[n] = true
+	}
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if IsSecret(name) && !allow[name] {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
