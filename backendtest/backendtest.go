@@ -1,0 +1,488 @@
+// Package backendtest is berth's conformance suite: one set of behavioural
+// tests that every backend must pass, run through the full terminal path
+// (session, output pipeline, result object). A backend's test file calls Run
+// with a constructor; a backend is done when the suite passes.
+//
+// The suite needs only a POSIX shell and the usual busybox-level tools
+// (sleep, cat, head, tr, wc, kill, setsid, mkdir) inside the environment.
+package backendtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/session"
+	"github.com/a55dbaac/berth/terminal"
+)
+
+// Factory builds a fresh backend (a fresh environment) for one test. It
+// should register cleanup with t.Cleanup.
+type Factory func(t testing.TB) backend.Backend
+
+// Options tunes the suite for a backend.
+type Options struct {
+	// Grace is the TERM-to-KILL grace the suite configures; zero means 1 s.
+	Grace time.Duration
+	// Cwd is the session's initial directory; "" keeps the backend default.
+	Cwd string
+	// Scratch is a writable directory inside the environment for the suite's
+	// files; "" means /tmp.
+	Scratch string
+}
+
+// Suite holds what the tests share.
+type Suite struct {
+	f    Factory
+	opts Options
+}
+
+// Run runs every conformance test against the backend built by f.
+func Run(t *testing.T, f Factory, opts Options) {
+	if opts.Grace <= 0 {
+		opts.Grace = time.Second
+	}
+	if opts.Scratch == "" {
+		opts.Scratch = "/tmp"
+	}
+	s := &Suite{f: f, opts: opts}
+	for _, c := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"ExitCodeAndMergedOutput", s.testExitCodeAndMergedOutput},
+		{"CwdReportedAndPersists", s.testCwd},
+		{"StatePersists", s.testStatePersists},
+		{"Workdir", s.testWorkdir},
+		{"DeletedCwdFallsBack", s.testDeletedCwd},
+		{"NoTrailingNewline", s.testNoTrailingNewline},
+		{"MarkerLookalikes", s.testMarkerLookalikes},
+		{"Heredoc", s.testHeredoc},
+		{"MultiLine", s.testMultiLine},
+		{"SyntaxErrors", s.testSyntaxErrors},
+		{"StdinDefaultsToDevNull", s.testStdinDevNull},
+		{"StdinData", s.testStdinData},
+		{"Pagers", s.testPagers},
+		{"ShellEndingCommands", s.testShellEnding},
+		{"TimeoutKillsTree", s.testTimeoutKillsTree},
+		{"TimeoutBuiltinLoop", s.testTimeoutBuiltinLoop},
+		{"Interrupt", s.testInterrupt},
+		{"DetachedChildrenDoNotHang", s.testDetached},
+		{"BinaryOutput", s.testBinaryOutput},
+		{"UTF8Output", s.testUTF8},
+		{"ANSIStripped", s.testANSI},
+		{"SecretsRedacted", s.testRedaction},
+		{"LongSingleLine", s.testLongLine},
+		{"HugeOutputTruncated", s.testHugeOutput},
+		{"ExitCodeMeaning", s.testExitCodeMeaning},
+	} {
+		t.Run(c.name, c.fn)
+	}
+}
+
+// env builds a terminal environment on a fresh backend.
+func (s *Suite) env(t *testing.T) *terminal.Env {
+	t.Helper()
+	be := s.f(t)
+	e := terminal.New(be, terminal.Options{
+		DefaultTimeout: 60 * time.Second,
+		MaxOutputChars: 50000,
+		SpillDir:       t.TempDir(),
+		Session:        session.Options{Grace: s.opts.Grace, Cwd: s.opts.Cwd},
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		e.Close(ctx)
+	})
+	return e
+}
+
+// run executes a command and fails the test if it could not run at all.
+func run(t *testing.T, e *terminal.Env, req terminal.Request) terminal.Result {
+	t.Helper()
+	r := e.Run(context.Background(), req)
+	if r.Error != nil {
+		t.Fatalf("command %q: error %s", req.Command, *r.Error)
+	}
+	return r
+}
+
+func cmd(c string) terminal.Request { return terminal.Request{Command: c} }
+
+// expect runs a command and checks its exact output and exit code.
+func expect(t *testing.T, e *terminal.Env, req terminal.Request, wantOut string, wantCode int) terminal.Result {
+	t.Helper()
+	r := run(t, e, req)
+	if r.Output != wantOut || r.ExitCode != wantCode {
+		t.Fatalf("command %q: got output %q exit %d, want %q exit %d", req.Command, r.Output, r.ExitCode, wantOut, wantCode)
+	}
+	return r
+}
+
+func (s *Suite) scratch(t *testing.T, e *terminal.Env) string {
+	t.Helper()
+	dir := fmt.Sprintf("%s/berth-ct-%d", s.opts.Scratch, time.Now().UnixNano())
+	expect(t, e, cmd("mkdir -p "+dir), "", 0)
+	t.Cleanup(func() { e.Run(context.Background(), cmd("rm -rf "+dir)) })
+	return dir
+}
+
+func (s *Suite) testExitCodeAndMergedOutput(t *testing.T) {
+	e := s.env(t)
+	expect(t, e, cmd("echo out1; echo err1 >&2; echo out2; echo err2 1>&2; exit_code_test() { return 7; }; exit_code_test"),
+		"out1\nerr1\nout2\nerr2", 7)
+	expect(t, e, cmd("false"), "", 1)
+	expect(t, e, cmd("true"), "", 0)
+	r := run(t, e, cmd("nonexistent-command-xyz"))
+	if r.ExitCode != 127 || !strings.Contains(r.Output, "nonexistent-command-xyz") {
+		t.Fatalf("missing command: got %q exit %d, want a message naming it and exit 127", r.Output, r.ExitCode)
+	}
+}
+
+func (s *Suite) testCwd(t *testing.T) {
+	e := s.env(t)
+	dir := s.scratch(t, e)
+	r := expect(t, e, cmd("cd "+dir), "", 0)
+	if r.Cwd != dir {
+		t.Fatalf("cwd after cd: got %q, want %q", r.Cwd, dir)
+	}
+	r = expect(t, e, cmd("pwd"), dir, 0)
+	if r.Cwd != "" {
+		t.Fatalf("cwd reported although unchanged: %q", r.Cwd)
+	}
+	expect(t, e, cmd("mkdir -p sub && cd sub && pwd"), dir+"/sub", 0)
+	expect(t, e, cmd("pwd"), dir+"/sub", 0)
+}
+
+func (s *Suite) testStatePersists(t *testing.T) {
+	e := s.env(t)
+	expect(t, e, cmd("export BERTH_T1='a b'; BERTH_PLAIN=p"), "", 0)
+	expect(t, e, cmd("greet() { echo \"hi $1\"; }"), "", 0)
+	expect(t, e, cmd("alias ll='echo aliased'"), "", 0)
+	expect(t, e, cmd("echo \"$BERTH_T1|$BERTH_PLAIN\"; greet you"), "a b|p\nhi you", 0)
+	expect(t, e, cmd("ll"), "aliased", 0)
+	expect(t, e, cmd("sh -c 'echo $BERTH_T1'"), "a b", 0)
+}
+
+func (s *Suite) testWorkdir(t *testing.T) {
+	e := s.env(t)
+	dir := s.scratch(t, e)
+	expect(t, e, cmd("cd "+dir), "", 0)
+	r := expect(t, e, terminal.Request{Command: "pwd", Workdir: "/"}, "/", 0)
+	if r.Cwd != "" {
+		t.Fatalf("workdir moved the session cwd to %q", r.Cwd)
+	}
+	expect(t, e, cmd("pwd"), dir, 0)
+	r = run(t, e, terminal.Request{Command: "pwd", Workdir: dir + "/missing"})
+	if r.ExitCode == 0 || !strings.Contains(r.Output, "missing") {
+		t.Fatalf("missing workdir: got %q exit %d, want an error naming it", r.Output, r.ExitCode)
+	}
+	r = e.Run(context.Background(), terminal.Request{Command: "pwd", Workdir: "relative/dir"})
+	if r.Error == nil || !strings.Contains(*r.Error, "relative/dir") {
+		t.Fatalf("relative workdir: want an error naming it, got %+v", r)
+	}
+	expect(t, e, cmd("pwd"), dir, 0)
+}
+
+func (s *Suite) testDeletedCwd(t *testing.T) {
+	e := s.env(t)
+	dir := s.scratch(t, e)
+	expect(t, e, cmd("mkdir -p "+dir+"/a/b && cd "+dir+"/a/b && rm -rf "+dir+"/a"), "", 0)
+	r := expect(t, e, cmd("pwd"), dir, 0)
+	if r.Cwd != dir {
+		t.Fatalf("cwd after its deletion: got %q, want the nearest parent %q", r.Cwd, dir)
+	}
+}
+
+func (s *Suite) testNoTrailingNewline(t *testing.T) {
+	e := s.env(t)
+	expect(t, e, cmd("printf abc"), "abc", 0)
+	expect(t, e, cmd("printf 'x\\ny'"), "x\ny", 0)
+	expect(t, e, cmd("printf ''"), "", 0)
+	expect(t, e, cmd("echo next"), "next", 0)
+}
+
+func (s *Suite) testMarkerLookalikes(t *testing.T) {
+	e := s.env(t)
+	// Frame-like text: the prefix, fake nonces, NULs and status fields.
+	// NUL bytes may be dropped or replaced by the output pipeline; what
+	// matters is that the text around them arrives and the command ends
+	// with its own exit code.
+	r := run(t, e, cmd(`printf '\n__BERTH_0123456789abcdef01234567_0\000/\000\000tail'; exit 5`))
+	got := strings.NewReplacer("\x00", "", "\uFFFD", "").Replace(r.Output)
+	if got != "\n__BERTH_0123456789abcdef01234567_0/tail" || r.ExitCode != 5 {
+		t.Fatalf("frame look-alike: got %q exit %d", r.Output, r.ExitCode)
+	}
+	expect(t, e, cmd(`echo __BERTH_; echo '__BERTH_%s_%s'; printf '\n__BERTH_'`), "__BERTH_\n__BERTH_%s_%s\n\n__BERTH_", 0)
+	expect(t, e, cmd("echo after"), "after", 0)
+}
+
+func (s *Suite) testHeredoc(t *testing.T) {
+	e := s.env(t)
+	expect(t, e, cmd("X=val\ncat <<'EOF'\nliteral $X 'q' \"dq\" `bt`\nEOF\ncat <<EOF\nexpanded $X\nEOF"),
+		"literal $X 'q' \"dq\" `bt`\nexpanded val", 0)
+	dir := s.scratch(t, e)
+	expect(t, e, cmd("cat > "+dir+"/f.py <<'PY'\nprint('hi')\nif True:\n    print(\"x\")\nPY\ncat "+dir+"/f.py"),
+		"print('hi')\nif True:\n    print(\"x\")", 0)
+}
+
+func (s *Suite) testMultiLine(t *testing.T) {
+	e := s.env(t)
+	expect(t, e, cmd("for i in 1 2 3\ndo\n  echo \"n=$i\"\ndone\nif [ 1 = 1 ]; then\n  echo yes\nfi"), "n=1\nn=2\nn=3\nyes", 0)
+	expect(t, e, cmd("echo a \\\n  b \\\n  c"), "a b c", 0)
+}
+
+func (s *Suite) testSyntaxErrors(t *testing.T) {
+	e := s.env(t)
+	expect(t, e, cmd("export KEEP=1"), "", 0)
+	for _, bad := range []string{"if then fi", "echo 'unbalanced", "echo \"unbalanced", "echo $(", "( echo", "}", "case x in", "f() {", "echo `x"} {
+		r := run(t, e, cmd(bad))
+		if r.ExitCode != 2 {
+			t.Errorf("syntax error %q: exit %d (output %q), want 2", bad, r.ExitCode, r.Output)
+		}
+		expect(t, e, cmd("echo ok $KEEP"), "ok 1", 0)
+	}
+}
+
+func (s *Suite) testStdinDevNull(t *testing.T) {
+	e := s.env(t)
+	start := time.Now()
+	expect(t, e, terminal.Request{Command: "cat", Timeout: 10}, "", 0)
+	expect(t, e, terminal.Request{Command: "read x; echo \"[$x] $?\"", Timeout: 10}, "[] 1", 0)
+	expect(t, e, terminal.Request{Command: "wc -c", Timeout: 10}, "0", 0)
+	if d := time.Since(start); d > 8*time.Second {
+		t.Fatalf("commands reading stdin took %v: stdin is not /dev/null", d)
+	}
+}
+
+func (s *Suite) testStdinData(t *testing.T) {
+	e := s.env(t)
+	in := "line one\nline 'two' \"q\" $HOME \\n\n"
+	expect(t, e, terminal.Request{Command: "cat", StdinData: &in}, strings.TrimRight(in, "\n"), 0)
+	bin := string([]byte{0, 1, 2, 255, 254, '\n', 'z', 0})
+	expect(t, e, terminal.Request{Command: "wc -c", StdinData: &bin}, "8", 0)
+	expect(t, e, terminal.Request{Command: "read a; read b; echo \"$b/$a\"", StdinData: ptr("1\n2\n")}, "2/1", 0)
+	expect(t, e, cmd("cat"), "", 0) // stdin is /dev/null again
+}
+
+func ptr(s string) *string { return &s }
+
+func (s *Suite) testPagers(t *testing.T) {
+	e := s.env(t)
+	expect(t, e, cmd("echo $PAGER $GIT_PAGER"), "cat cat", 0)
+}
+
+func (s *Suite) testShellEnding(t *testing.T) {
+	e := s.env(t)
+	dir := s.scratch(t, e)
+	expect(t, e, cmd("cd "+dir+" && export SURVIVES=yes"), "", 0)
+	for _, c := range []struct {
+		cmd  string
+		code int
+	}{
+		{"exit 3", 3},
+		{"exec true", 0},
+		{"set -e; false; echo not-reached", 1},
+		{"kill -9 $$", 137},
+		{"echo bye; exit 0", 0},
+	} {
+		r := run(t, e, cmd(c.cmd))
+		if r.ExitCode != c.code {
+			t.Errorf("%q: exit %d (output %q), want %d", c.cmd, r.ExitCode, r.Output, c.code)
+		}
+		expect(t, e, cmd("echo \"$SURVIVES\"; pwd"), "yes\n"+dir, 0)
+	}
+}
+
+// countProcs returns a command counting live processes whose command line
+// contains needle (built so the counting command itself never matches).
+func countProcs(needle string) string {
+	half := len(needle) / 2
+	return fmt.Sprintf(`n=0; for f in /proc/[0-9]*/cmdline; do c=$(tr '\000' ' ' 2>/dev/null <"$f"); case "$c" in *"%s""%s"*) n=$((n+1));; esac; done; echo $n`,
+		needle[:half], needle[half:])
+}
+
+func (s *Suite) testTimeoutKillsTree(t *testing.T) {
+	e := s.env(t)
+	expect(t, e, cmd("export KEPT=1; cd /"), "", 0)
+	start := time.Now()
+	r := run(t, e, terminal.Request{Command: "echo started; sleep 1001 & sh -c 'sleep 1001 & sleep 1001'; sleep 1001", Timeout: 1})
+	elapsed := time.Since(start)
+	want := "started\n[Command timed out after 1s]"
+	if r.Output != want || r.ExitCode != 124 {
+		t.Fatalf("timeout: got %q exit %d, want %q exit 124", r.Output, r.ExitCode, want)
+	}
+	if limit := time.Second + s.opts.Grace + time.Second; elapsed > limit {
+		t.Errorf("timeout call took %v, want under %v", elapsed, limit)
+	}
+	expect(t, e, cmd(countProcs("sleep 1001")), "0", 0)
+	expect(t, e, cmd("echo $KEPT; pwd"), "1\n/", 0)
+
+	// A command that ignores TERM is killed after the grace period.
+	r = run(t, e, terminal.Request{Command: "trap '' TERM; sh -c \"trap '' TERM; sleep 1002\" & sleep 1002", Timeout: 1})
+	if r.ExitCode != 124 {
+		t.Fatalf("TERM-ignoring command: exit %d, want 124", r.ExitCode)
+	}
+	expect(t, e, cmd(countProcs("sleep 1002")), "0", 0)
+}
+
+func (s *Suite) testTimeoutBuiltinLoop(t *testing.T) {
+	e := s.env(t)
+	r := run(t, e, terminal.Request{Command: "while :; do :; done", Timeout: 1})
+	if r.ExitCode != 124 || !strings.HasSuffix(r.Output, "[Command timed out after 1s]") {
+		t.Fatalf("builtin loop: got %q exit %d, want the timeout marker and 124", r.Output, r.ExitCode)
+	}
+	expect(t, e, cmd("echo alive"), "alive", 0)
+}
+
+func (s *Suite) testInterrupt(t *testing.T) {
+	e := s.env(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(500 * time.Millisecond); cancel() }()
+	start := time.Now()
+	r := e.Run(ctx, terminal.Request{Command: "echo begin; sleep 1003", Timeout: 60})
+	if r.Output != "begin\n[Command interrupted]" || r.ExitCode != 130 {
+		t.Fatalf("interrupt: got %q exit %d", r.Output, r.ExitCode)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond+s.opts.Grace+2*time.Second {
+		t.Errorf("interrupt took %v", d)
+	}
+	expect(t, e, cmd(countProcs("sleep 1003")), "0", 0)
+	expect(t, e, cmd("echo alive"), "alive", 0)
+}
+
+func (s *Suite) testDetached(t *testing.T) {
+	e := s.env(t)
+	t.Cleanup(func() {
+		e.Run(context.Background(), cmd(`for f in /proc/[0-9]*/cmdline; do case "$(tr '\000' ' ' 2>/dev/null <"$f")" in *"sleep 100"[45]*) p=${f#/proc/}; kill -9 ${p%/cmdline};; esac; done 2>/dev/null; true`))
+	})
+	for _, c := range []string{"setsid sleep 1004 & disown", "cd / && sleep 1005 &", "sleep 1004 &"} {
+		start := time.Now()
+		r := run(t, e, terminal.Request{Command: c, Timeout: 20})
+		if r.ExitCode != 0 {
+			t.Errorf("%q: exit %d output %q", c, r.ExitCode, r.Output)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%q took %v: a background child holding the output must not hang the call", c, d)
+		}
+	}
+	expect(t, e, cmd("echo still fine"), "still fine", 0)
+}
+
+func (s *Suite) testBinaryOutput(t *testing.T) {
+	e := s.env(t)
+	r := run(t, e, cmd("head -c 100000 /dev/urandom"))
+	if r.ExitCode != 0 || !utf8.ValidString(r.Output) {
+		t.Fatalf("random bytes: exit %d, valid UTF-8 %v", r.ExitCode, utf8.ValidString(r.Output))
+	}
+	expect(t, e, cmd(`printf 'a\377\376b\n'`), "a\uFFFD\uFFFDb", 0)
+	expect(t, e, cmd("echo after"), "after", 0)
+}
+
+func (s *Suite) testUTF8(t *testing.T) {
+	e := s.env(t)
+	// 40 000 three-byte characters cross every read boundary of the stream.
+	r := run(t, e, cmd(`i=0; s=""; while [ $i -lt 100 ]; do s="$s€"; i=$((i+1)); done; j=0; while [ $j -lt 400 ]; do printf %s "$s"; j=$((j+1)); done`))
+	if r.ExitCode != 0 || r.Output != strings.Repeat("€", 40000) {
+		t.Fatalf("multi-byte output damaged: exit %d, %d runes, valid %v", r.ExitCode, utf8.RuneCountInString(r.Output), utf8.ValidString(r.Output))
+	}
+	expect(t, e, cmd("echo 'héllo wörld ✓'"), "héllo wörld ✓", 0)
+}
+
+func (s *Suite) testANSI(t *testing.T) {
+	e := s.env(t)
+	expect(t, e, cmd(`printf '\033[1;31mred\033[0m \033]0;title\007plain\033[2K\n'`), "red plain", 0)
+}
+
+func (s *Suite) testRedaction(t *testing.T) {
+	e := s.env(t)
+	secret := "sk-ant-api03-" + strings.Repeat("x9Y8", 10)
+	r := run(t, e, cmd("echo key="+secret))
+	if strings.Contains(r.Output, secret) || !strings.HasPrefix(r.Output, "key=") {
+		t.Fatalf("secret not redacted: %q", r.Output)
+	}
+}
+
+func (s *Suite) testLongLine(t *testing.T) {
+	e := s.env(t)
+	r := run(t, e, cmd("head -c 10000000 /dev/zero | tr '\\000' a; echo; echo end"))
+	if r.ExitCode != 0 {
+		t.Fatalf("exit %d", r.ExitCode)
+	}
+	checkTruncated(t, r, 10000000+1+3)
+	if !strings.HasPrefix(r.Output, "aaaa") || !strings.HasSuffix(r.Output, "a\nend") {
+		t.Fatalf("head/tail wrong: %q ... %q", r.Output[:20], r.Output[len(r.Output)-20:])
+	}
+}
+
+func (s *Suite) testHugeOutput(t *testing.T) {
+	e := s.env(t)
+	r := run(t, e, cmd("head -c 60000000 /dev/zero | tr '\\000' b"))
+	if r.ExitCode != 0 {
+		t.Fatalf("exit %d", r.ExitCode)
+	}
+	checkTruncated(t, r, 60000000)
+	expect(t, e, cmd("echo after"), "after", 0)
+}
+
+func checkTruncated(t *testing.T, r terminal.Result, total int) {
+	t.Helper()
+	if n := utf8.RuneCountInString(r.Output); n > 50000 {
+		t.Fatalf("output is %d chars, over the 50 000 cap", n)
+	}
+	notice := "... [OUTPUT TRUNCATED - "
+	if !strings.Contains(r.Output, notice) {
+		t.Fatalf("no truncation notice in output")
+	}
+	if r.OutputTotalChars != total {
+		t.Errorf("output_total_chars %d, want %d", r.OutputTotalChars, total)
+	}
+	if !strings.Contains(r.Output, "out of "+group(total)+" total]") {
+		t.Errorf("notice does not give the total %s", group(total))
+	}
+	if r.FullOutputPath == "" {
+		t.Fatalf("no full_output_path")
+	}
+	st, err := os.Stat(r.FullOutputPath)
+	if err != nil {
+		t.Fatalf("spill file: %v", err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("spill file mode %v, want 0600", st.Mode().Perm())
+	}
+	if want := min(total, 5000000); st.Size() < int64(want) {
+		t.Errorf("spill file has %d bytes, want at least %d", st.Size(), want)
+	}
+}
+
+// group formats n with thousands separators.
+func group(n int) string {
+	s := strconv.Itoa(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func (s *Suite) testExitCodeMeaning(t *testing.T) {
+	e := s.env(t)
+	r := run(t, e, cmd("echo abc | grep zzz"))
+	if r.ExitCode != 1 || r.ExitCodeMeaning == "" {
+		t.Fatalf("grep without match: exit %d meaning %q", r.ExitCode, r.ExitCodeMeaning)
+	}
+	r = run(t, e, cmd("echo fine"))
+	if r.ExitCodeMeaning != "" {
+		t.Fatalf("meaning on success: %q", r.ExitCodeMeaning)
+	}
+}

@@ -1,0 +1,91 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/backend/local"
+	"github.com/a55dbaac/berth/terminal"
+)
+
+func localEnv(b *testing.B) (*terminal.Env, backend.Backend) {
+	be, err := local.New(backend.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	env := terminal.New(be, terminal.Options{SpillDir: b.TempDir()})
+	b.Cleanup(func() { env.Close(context.Background()) })
+	return env, be
+}
+
+// BenchmarkLocalTrivialCommand is one trivial command through the full
+// terminal path on the persistent local session.
+func BenchmarkLocalTrivialCommand(b *testing.B) {
+	env, _ := localEnv(b)
+	ctx := context.Background()
+	env.Run(ctx, terminal.Request{Command: "true"})
+	b.ResetTimer()
+	for b.Loop() {
+		if r := env.Run(ctx, terminal.Request{Command: TrivialCommand}); r.ExitCode != 0 {
+			b.Fatalf("exit %d", r.ExitCode)
+		}
+	}
+}
+
+// BenchmarkLocalSpawnBaseline is the spawn-per-call baseline: a new bash -c
+// per command.
+func BenchmarkLocalSpawnBaseline(b *testing.B) {
+	_, be := localEnv(b)
+	ctx := context.Background()
+	for b.Loop() {
+		p, err := be.Start(ctx, backend.ProcSpec{Argv: []string{"bash", "-c", TrivialCommand}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Stdin().Close()
+		io.Copy(io.Discard, p.Stdout())
+		p.Wait()
+		p.Close()
+	}
+}
+
+// BenchmarkLocalThroughput100MB streams 100 MB of output through the
+// pipeline and reports MB/s and the peak RSS growth.
+func BenchmarkLocalThroughput100MB(b *testing.B) {
+	env, _ := localEnv(b)
+	for b.Loop() {
+		r, err := Throughput(context.Background(), env, 100_000_000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(r.MBPerSec(), "MB/s")
+		b.ReportMetric(float64(r.PeakRSSGrowth)/(1<<20), "peakRSS-MiB")
+	}
+}
+
+// TestLatencyAndSpawnRun checks the measuring functions work (not how fast).
+func TestLatencyAndSpawnRun(t *testing.T) {
+	be, err := local.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := terminal.New(be, terminal.Options{SpillDir: t.TempDir()})
+	defer env.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := Latency(ctx, env, 20)
+	if err != nil || s.N != 20 || s.P50 <= 0 || s.P90 < s.P50 {
+		t.Fatalf("Latency: %+v %v", s, err)
+	}
+	s, err = Spawn(ctx, be, 5)
+	if err != nil || s.N != 5 || s.P50 <= 0 {
+		t.Fatalf("Spawn: %+v %v", s, err)
+	}
+	r, err := Throughput(ctx, env, 2_000_000)
+	if err != nil || r.Bytes != 2_000_000 || r.Output > 50000 || r.Output < 40000 {
+		t.Fatalf("Throughput: %+v %v", r, err)
+	}
+}
