@@ -1,0 +1,78 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/a55dbaac/berth/config"
+)
+
+func newConfigCmd() *cobra.Command {
+	var configPath string
+	root := &cobra.Command{
+		Use:   "config",
+		Short: "Show or change settings in the config file",
+		Long: `Read and edit berth's YAML configuration. Keys are terminal.<name> (or just
+<name>) and tool_output.max_bytes. Lists and maps take JSON.`,
+		Example: `  berth config path
+  berth config get terminal.backend
+  berth config set terminal.backend docker
+  berth config set docker_volumes '["/data:/data:ro"]'`,
+	}
+	root.PersistentFlags().StringVar(&configPath, "config", "", "config file (default $BERTH_CONFIG, else $BERTH_HOME/config.yaml)")
+
+	root.AddCommand(&cobra.Command{
+		Use:     "path",
+		Short:   "Print the config file berth uses",
+		Example: "  berth config path",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, _, err := config.ResolvePath(configPath, os.Getenv)
+			if err != nil {
+				return err
+			}
+			fmt.Println(p)
+			return nil
+		},
+	})
+	root.AddCommand(&cobra.Command{
+		Use:   "get KEY",
+		Short: "Print a setting's effective value (file, environment and defaults merged)",
+		Example: `  berth config get terminal.timeout
+  TERMINAL_ENV=docker berth config get backend`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := config.Load(config.LoadOptions{ConfigPath: configPath})
+			if err != nil {
+				return err
+			}
+			v, err := cfg.Get(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Println(v)
+			return nil
+		},
+	})
+	root.AddCommand(&cobra.Command{
+		Use:   "set KEY VALUE",
+		Short: "Change a setting in the config file, keeping comments and other keys",
+		Example: `  berth config set terminal.backend docker
+  berth config set terminal.docker_env '{"DEBUG":"1"}'`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, _, err := config.ResolvePath(configPath, os.Getenv)
+			if err != nil {
+				return err
+			}
+			if err := config.Set(p, args[0], args[1]); err != nil {
+				return err
+			}
+			fmt.Printf("%s = %s in %s\n", args[0], args[1], p)
+			return nil
+		},
+	})
+	return root
+}

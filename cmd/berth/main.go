@@ -1,0 +1,140 @@
+// Command berth runs an AI agent's shell commands in a configured
+// environment — this machine, a hardened Docker container, a remote host
+// over SSH — through one persistent shell per environment.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/manager"
+
+	_ "github.com/a55dbaac/berth/backend/local"
+)
+
+// exitError carries a process exit status up to main without printing.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// errorStatus is berth's own failure status (bad flags, unreachable
+// backend), distinct from any status a command returns; docker run uses the
+// same number.
+const errorStatus = 125
+
+// common holds the flags shared by commands that run things.
+type common struct {
+	configPath string
+	backend    string
+	task       string
+	timeout    int
+	workdir    string
+	jsonOut    bool
+	verbose    bool
+}
+
+func (c *common) addConfigFlag(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&c.configPath, "config", "", "config file (default $BERTH_CONFIG, else $BERTH_HOME/config.yaml)")
+}
+
+func (c *common) addRunFlags(cmd *cobra.Command) {
+	c.addConfigFlag(cmd)
+	cmd.Flags().StringVar(&c.backend, "backend", "", "backend: local, docker, ssh, singularity, modal, daytona (overrides TERMINAL_ENV and the file)")
+	cmd.Flags().StringVar(&c.task, "task", manager.DefaultKey, "environment key: commands with the same task share one environment")
+	cmd.Flags().IntVar(&c.timeout, "timeout", 0, "seconds before the command and everything it started are killed (default terminal.timeout)")
+	cmd.Flags().StringVar(&c.workdir, "workdir", "", "absolute directory for this command only (the session's cwd does not move)")
+	cmd.Flags().BoolVar(&c.jsonOut, "json", false, "print the result object as JSON instead of the output")
+}
+
+// load reads the configuration with the command-line overrides applied.
+func (c *common) load() (*config.Config, error) {
+	flags := map[string]string{}
+	if c.backend != "" {
+		flags["backend"] = c.backend
+	}
+	if c.timeout < 0 {
+		return nil, fmt.Errorf("--timeout %d: must be a whole number of seconds >= 1", c.timeout)
+	}
+	if c.timeout > 0 {
+		flags["timeout"] = fmt.Sprint(c.timeout)
+	}
+	cfg, err := config.Load(config.LoadOptions{ConfigPath: c.configPath, Flags: flags})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range cfg.Warnings {
+		slog.Warn(w)
+	}
+	return cfg, nil
+}
+
+// withManager runs fn with a manager and tears every environment down
+// afterwards within a bounded time, also on SIGINT/SIGTERM.
+func withManager(ctx context.Context, cfg *config.Config, fn func(ctx context.Context, m *manager.Manager) error) error {
+	m := manager.New(cfg, slog.Default())
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := m.CloseAll(cctx); err != nil {
+			slog.Warn("cleanup", "err", err)
+		}
+	}()
+	return fn(ctx, m)
+}
+
+func newRoot() *cobra.Command {
+	var verbose bool
+	root := &cobra.Command{
+		Use:   "berth",
+		Short: "Run an AI agent's commands locally, in Docker or over SSH through one persistent shell",
+		Long: `berth is an execution layer for AI agents. Every command runs in a configured
+environment (terminal.backend: local, docker, ssh, ...) through one persistent
+shell, so cd, exported variables and functions carry over between commands,
+and a trivial command costs well under a millisecond.
+
+Configuration is the terminal: section of a YAML file (Hermes-compatible),
+overridden by TERMINAL_* variables and then by flags.`,
+		Example: `  berth exec -- uname -a
+  berth exec --backend docker --timeout 30 -- 'make test'
+  printf 'cd /tmp\nexport A=1\necho $A; pwd\n' | berth shell --json
+  berth doctor`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRun: func(cmd *cobra.Command, args []string) {
+			level := slog.LevelWarn
+			if verbose {
+				level = slog.LevelDebug
+			}
+			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+		},
+	}
+	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log diagnostics to stderr")
+	root.AddCommand(newExecCmd(), newShellCmd(), newDoctorCmd(), newConfigCmd(), newBenchCmd())
+	return root
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := newRoot().ExecuteContext(ctx)
+	var ee exitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		stop()
+		os.Exit(ee.code)
+	default:
+		fmt.Fprintln(os.Stderr, "berth:", err)
+		stop()
+		os.Exit(errorStatus)
+	}
+}
