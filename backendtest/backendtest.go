@@ -52,10 +52,7 @@ func Run(t *testing.T, f Factory, opts Options) {
 		opts.Scratch = "/tmp"
 	}
 	s := &Suite{f: f, opts: opts}
-	for _, c := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	tests := []namedTest{
 		{"ExitCodeAndMergedOutput", s.testExitCodeAndMergedOutput},
 		{"CwdReportedAndPersists", s.testCwd},
 		{"StatePersists", s.testStatePersists},
@@ -81,7 +78,8 @@ func Run(t *testing.T, f Factory, opts Options) {
 		{"LongSingleLine", s.testLongLine},
 		{"HugeOutputTruncated", s.testHugeOutput},
 		{"ExitCodeMeaning", s.testExitCodeMeaning},
-	} {
+	}
+	for _, c := range append(tests, s.backgroundTests()...) {
 		t.Run(c.name, c.fn)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/process"
 	"github.com/a55dbaac/berth/session"
 	"github.com/a55dbaac/berth/terminal"
 )
@@ -28,12 +29,15 @@ const DefaultKey = "default"
 // concurrent use; concurrent first calls for one key create exactly one
 // environment.
 type Manager struct {
-	cfg *config.Config
-	log *slog.Logger
+	cfg     *config.Config
+	factory Factory
+	log     *slog.Logger
+	procs   *process.Registry
 
-	mu     sync.Mutex
-	envs   map[string]*entry
-	closed bool
+	mu      sync.Mutex
+	envs    map[string]*entry
+	closed  bool
+	sweeper chan struct{} // closed to stop the sweeper
 }
 
 type entry struct {
@@ -47,8 +51,26 @@ func New(cfg *config.Config, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Manager{cfg: cfg, log: log, envs: map[string]*entry{}}
+	return &Manager{
+		cfg: cfg, log: log, envs: map[string]*entry{},
+		procs: process.NewRegistry(time.Duration(cfg.Terminal.Timeout) * time.Second),
+	}
 }
+
+// Factory builds the backend for an environment key.
+type Factory func(ctx context.Context, key string) (backend.Backend, error)
+
+// NewWithFactory returns a manager whose environments come from factory
+// instead of the backend registry: for Go programs with their own backend,
+// and for the conformance suite.
+func NewWithFactory(cfg *config.Config, log *slog.Logger, factory Factory) *Manager {
+	m := New(cfg, log)
+	m.factory = factory
+	return m
+}
+
+// Processes returns the registry of background processes.
+func (m *Manager) Processes() *process.Registry { return m.procs }
 
 // Config returns the configuration the manager was built with.
 func (m *Manager) Config() *config.Config { return m.cfg }
@@ -96,12 +118,18 @@ func (m *Manager) Env(ctx context.Context, key string) (*terminal.Env, error) {
 // create builds a backend and its environment for key.
 func (m *Manager) create(ctx context.Context, key string) (*terminal.Env, error) {
 	t := m.cfg.Terminal
-	reg, ok := backend.Lookup(t.Backend)
-	if !ok {
-		return nil, fmt.Errorf("backend %q is not available in this build (available: %s); refusing to run anywhere else",
-			t.Backend, strings.Join(backend.Names(), ", "))
+	var be backend.Backend
+	var err error
+	if m.factory != nil {
+		be, err = m.factory(ctx, key)
+	} else {
+		reg, ok := backend.Lookup(t.Backend)
+		if !ok {
+			return nil, fmt.Errorf("backend %q is not available in this build (available: %s); refusing to run anywhere else",
+				t.Backend, strings.Join(backend.Names(), ", "))
+		}
+		be, err = reg.New(ctx, backend.Options{Key: key, Config: t, Home: m.cfg.Home, Getenv: m.cfg.Getenv})
 	}
-	be, err := reg.New(ctx, backend.Options{Key: key, Config: t, Home: m.cfg.Home, Getenv: m.cfg.Getenv})
 	if err != nil {
 		return nil, fmt.Errorf("%s backend for %q: %w", t.Backend, key, err)
 	}
@@ -121,6 +149,48 @@ func (m *Manager) create(ctx context.Context, key string) (*terminal.Env, error)
 	})
 	m.log.Debug("environment created", "backend", t.Backend, "key", key)
 	return env, nil
+}
+
+// Terminal answers a terminal tool call the way the contract describes: a
+// background request starts a tracked process (process.StartResult); a
+// foreground request whose timeout exceeds max_foreground_timeout is run in
+// the background instead and says so; anything else runs in the foreground
+// (terminal.Result).
+func (m *Manager) Terminal(ctx context.Context, key string, req terminal.Request) any {
+	if req.Background {
+		return m.Background(ctx, key, req)
+	}
+	if limit := m.cfg.Terminal.MaxForegroundTimeout; limit > 0 && req.Timeout > limit {
+		res := m.Background(ctx, key, req)
+		if res.Error == nil {
+			res.Output = fmt.Sprintf("Command timeout %ds exceeds the foreground limit of %ds (terminal.max_foreground_timeout), "+
+				"so it was started in the background. Follow it with the process tool: "+
+				"action \"wait\", \"poll\" or \"log\" with session_id %q.", req.Timeout, limit, res.SessionID)
+		}
+		return res
+	}
+	return m.Run(ctx, key, req)
+}
+
+// Background starts req as a tracked background process in key's
+// environment.
+func (m *Manager) Background(ctx context.Context, key string, req terminal.Request) process.StartResult {
+	if key == "" {
+		key = DefaultKey
+	}
+	env, err := m.Env(ctx, key)
+	if err != nil {
+		msg := err.Error()
+		return process.StartResult{ExitCode: -1, Error: &msg}
+	}
+	env.Touch()
+	return m.procs.Start(ctx, env, key, req)
+}
+
+// Process answers a process tool call; list shows the processes of key
+// ("" for every key).
+func (m *Manager) Process(ctx context.Context, key string, req process.Request) process.Result {
+	return m.procs.Do(ctx, key, req)
 }
 
 // Run runs a foreground request in key's environment.
@@ -163,13 +233,81 @@ func (m *Manager) Close(ctx context.Context, key string) error {
 	if e.env == nil {
 		return nil
 	}
+	m.procs.KillAll(ctx, key)
 	return e.env.Close(ctx)
+}
+
+// StartSweeper starts the idle sweeper: environments unused for longer
+// than lifetime_seconds are cleaned up, except those with a running
+// background process. The sweep interval is a quarter of the lifetime,
+// between 250 ms and 60 s, so short lifetimes (tests) are honoured
+// promptly. It stops at CloseAll or when ctx ends.
+func (m *Manager) StartSweeper(ctx context.Context) {
+	lifetime := time.Duration(m.cfg.Terminal.LifetimeSeconds) * time.Second
+	if lifetime <= 0 {
+		return
+	}
+	interval := min(max(lifetime/4, 250*time.Millisecond), 60*time.Second)
+	m.mu.Lock()
+	if m.sweeper != nil || m.closed {
+		m.mu.Unlock()
+		return
+	}
+	stop := make(chan struct{})
+	m.sweeper = stop
+	m.mu.Unlock()
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				m.Sweep(ctx, lifetime)
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+// Sweep cleans up the environments idle for longer than lifetime that have
+// no running background process, and returns their keys.
+func (m *Manager) Sweep(ctx context.Context, lifetime time.Duration) []string {
+	var idle []string
+	m.mu.Lock()
+	for k, e := range m.envs {
+		select {
+		case <-e.ready:
+		default:
+			continue // still being created
+		}
+		if e.env == nil || time.Since(e.env.LastUsed()) <= lifetime || e.env.Busy() {
+			continue
+		}
+		if m.procs.Running(k) > 0 {
+			continue
+		}
+		idle = append(idle, k)
+	}
+	m.mu.Unlock()
+	for _, k := range idle {
+		m.log.Debug("cleaning idle environment", "key", k, "lifetime", lifetime)
+		if err := m.Close(ctx, k); err != nil {
+			m.log.Warn("clean idle environment", "key", k, "err", err)
+		}
+	}
+	return idle
 }
 
 // CloseAll tears every environment down and refuses new ones.
 func (m *Manager) CloseAll(ctx context.Context) error {
 	m.mu.Lock()
 	m.closed = true
+	if m.sweeper != nil {
+		close(m.sweeper)
+	}
 	keys := make([]string, 0, len(m.envs))
 	for k := range m.envs {
 		keys = append(keys, k)

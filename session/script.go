@@ -137,12 +137,22 @@ func quote(s string) string {
 // argument for printf %b: printable ASCII stays as is, everything else and
 // the backslash become \0ooo octal escapes understood by bash and dash.
 func printfBytes(data []byte) string {
+	return encodeBytes(data, false)
+}
+
+// printfLine is printfBytes with newlines escaped too, so the result fits
+// on one line (for a shell's read builtin).
+func printfLine(data []byte) string {
+	return encodeBytes(data, true)
+}
+
+func encodeBytes(data []byte, escapeNL bool) string {
 	var b strings.Builder
 	b.Grow(len(data) + 2)
 	b.WriteByte('\'')
 	for _, c := range data {
 		switch {
-		case c == '\'' || c == '\\' || c < 0x20 && c != '\n' || c >= 0x7f:
+		case c == '\'' || c == '\\' || c < 0x20 && (c != '\n' || escapeNL) || c >= 0x7f:
 			fmt.Fprintf(&b, `\0%03o`, c)
 		default:
 			b.WriteByte(c)

@@ -70,7 +70,15 @@ type Env struct {
 
 	mu       sync.Mutex
 	lastUsed time.Time
+	running  int // foreground commands in flight
 	closed   bool
+}
+
+// Busy reports whether a foreground command is running.
+func (e *Env) Busy() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.running > 0
 }
 
 // New returns an environment over be. Nothing is started until the first
@@ -108,7 +116,8 @@ func (e *Env) LastUsed() time.Time {
 	return e.lastUsed
 }
 
-func (e *Env) touch() {
+// Touch marks the environment as used now (the idle sweeper spares it).
+func (e *Env) Touch() {
 	e.mu.Lock()
 	e.lastUsed = time.Now()
 	e.mu.Unlock()
@@ -149,8 +158,16 @@ func (e *Env) Run(ctx context.Context, req Request) Result {
 	if req.Background {
 		return errorResult(errors.New("background: true is handled by the process manager, not a foreground environment"))
 	}
-	e.touch()
-	defer e.touch()
+	e.mu.Lock()
+	e.running++
+	e.lastUsed = time.Now()
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.running--
+		e.lastUsed = time.Now()
+		e.mu.Unlock()
+	}()
 	timeout := e.opts.DefaultTimeout
 	if req.Timeout > 0 {
 		timeout = time.Duration(req.Timeout) * time.Second

@@ -1,0 +1,331 @@
+package backendtest
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/manager"
+	"github.com/a55dbaac/berth/process"
+	"github.com/a55dbaac/berth/terminal"
+)
+
+// backgroundTests are the process tool and lifecycle behaviours.
+func (s *Suite) backgroundTests() []namedTest {
+	return []namedTest{
+		{"BackgroundStartAndWait", s.testBackgroundStartWait},
+		{"BackgroundInheritsSessionState", s.testBackgroundState},
+		{"BackgroundSessionStaysFree", s.testBackgroundSessionFree},
+		{"BackgroundExitedWhileChildHoldsOutput", s.testBackgroundChildHoldsPipe},
+		{"BackgroundStdin", s.testBackgroundStdin},
+		{"BackgroundKillTree", s.testBackgroundKill},
+		{"BackgroundPTY", s.testBackgroundPTY},
+		{"BackgroundLogListAndIDs", s.testBackgroundLogList},
+		{"LongForegroundTimeoutGoesBackground", s.testForegroundPromotion},
+		{"ConcurrentFirstCallsMakeOneEnvironment", s.testConcurrentFirstCalls},
+		{"IdleEnvironmentSwept", s.testIdleSweep},
+	}
+}
+
+type namedTest struct {
+	name string
+	fn   func(*testing.T)
+}
+
+// mgr builds a manager whose environments come from the suite's factory;
+// it counts how many backends it built.
+func (s *Suite) mgr(t *testing.T, lifetime int) (*manager.Manager, *atomic.Int32) {
+	t.Helper()
+	cfg := &config.Config{Home: t.TempDir(), Terminal: config.Defaults(), MaxOutputChars: 50000}
+	cfg.Terminal.Cwd = s.opts.Cwd
+	cfg.Terminal.DaemonTermGraceSeconds = s.opts.Grace.Seconds()
+	cfg.Terminal.Timeout = 60
+	if lifetime > 0 {
+		cfg.Terminal.LifetimeSeconds = lifetime
+	}
+	var built atomic.Int32
+	m := manager.NewWithFactory(cfg, nil, func(ctx context.Context, key string) (backend.Backend, error) {
+		built.Add(1)
+		return s.f(t), nil
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		m.CloseAll(ctx)
+	})
+	return m, &built
+}
+
+func start(t *testing.T, m *manager.Manager, req terminal.Request) process.StartResult {
+	t.Helper()
+	req.Background = true
+	r := m.Background(context.Background(), "k", req)
+	if r.Error != nil {
+		t.Fatalf("background %q: %s", req.Command, *r.Error)
+	}
+	return r
+}
+
+func do(m *manager.Manager, id, action string) process.Result {
+	return m.Process(context.Background(), "k", process.Request{Action: action, SessionID: id})
+}
+
+var idPattern = regexp.MustCompile(`^proc_[0-9a-f]{12}$`)
+
+func (s *Suite) testBackgroundStartWait(t *testing.T) {
+	m, _ := s.mgr(t, 0)
+	r := start(t, m, terminal.Request{Command: "echo hi; sleep 1; echo bye; exit 3"})
+	if !idPattern.MatchString(r.SessionID) || r.Output != "Background process started" || r.ExitCode != 0 {
+		t.Fatalf("start result %+v", r)
+	}
+	if r.PID == nil || *r.PID <= 0 {
+		t.Errorf("pid %v, want the process's pid", r.PID)
+	}
+	if p := do(m, r.SessionID, "poll"); p["status"] != process.Running {
+		t.Fatalf("poll right after start: %v", p)
+	}
+	begin := time.Now()
+	w := m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 30})
+	// The process lives about a second; an event-driven wait returns as it
+	// exits. The bound is loose on purpose: it only rules out polling.
+	if d := time.Since(begin); d > 3*time.Second {
+		t.Errorf("wait returned %v after the call, the process lived ~1 s", d)
+	}
+	if w["status"] != process.Exited || w["exit_code"] != 3 || w["output"] != "hi\nbye" {
+		t.Fatalf("wait: %v", w)
+	}
+	if p := do(m, r.SessionID, "poll"); p["status"] != process.Exited || p["exit_code"] != 3 {
+		t.Fatalf("poll after exit: %v", p)
+	}
+}
+
+func (s *Suite) testBackgroundState(t *testing.T) {
+	m, _ := s.mgr(t, 0)
+	dir := fmt.Sprintf("%s/berth-bg-%d", s.opts.Scratch, time.Now().UnixNano())
+	fg := m.Run(context.Background(), "k", terminal.Request{Command: "mkdir -p " + dir + " && cd " + dir + " && export BG_VAR='x y'"})
+	if fg.Error != nil || fg.ExitCode != 0 {
+		t.Fatalf("setup: %+v", fg)
+	}
+	defer m.Run(context.Background(), "k", terminal.Request{Command: "rm -rf " + dir})
+	r := start(t, m, terminal.Request{Command: "echo \"$BG_VAR\"; pwd; echo $PAGER"})
+	w := m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 20})
+	if w["output"] != "x y\n"+dir+"\ncat" {
+		t.Fatalf("background did not inherit the session's state: %v", w)
+	}
+	r = start(t, m, terminal.Request{Command: "pwd", Workdir: "/"})
+	w = m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 20})
+	if w["output"] != "/" {
+		t.Fatalf("background workdir: %v", w)
+	}
+}
+
+func (s *Suite) testBackgroundSessionFree(t *testing.T) {
+	m, _ := s.mgr(t, 0)
+	r := start(t, m, terminal.Request{Command: "sleep 1007"})
+	begin := time.Now()
+	fg := m.Run(context.Background(), "k", terminal.Request{Command: "echo free"})
+	if fg.Output != "free" || time.Since(begin) > 5*time.Second {
+		t.Fatalf("foreground while a background job runs: %+v after %v", fg, time.Since(begin))
+	}
+	if k := do(m, r.SessionID, "kill"); k["status"] != "killed" {
+		t.Fatalf("kill: %v", k)
+	}
+}
+
+func (s *Suite) testBackgroundChildHoldsPipe(t *testing.T) {
+	m, _ := s.mgr(t, 0)
+	r := start(t, m, terminal.Request{Command: "sh -c '(sleep 1008) & exit 0'"})
+	w := m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 5})
+	if w["status"] != process.Exited {
+		t.Fatalf("process whose child holds the output: %v, want exited", w)
+	}
+	m.Run(context.Background(), "k", terminal.Request{Command: killByCmdline("sleep 1008")})
+}
+
+// killByCmdline is a command that kills every process whose command line
+// contains needle.
+func killByCmdline(needle string) string {
+	half := len(needle) / 2
+	return fmt.Sprintf(`for f in /proc/[0-9]*/cmdline; do case "$(tr '\000' ' ' 2>/dev/null <"$f")" in *"%s""%s"*) p=${f#/proc/}; kill -9 ${p%%/cmdline};; esac; done 2>/dev/null; true`, needle[:half], needle[half:])
+}
+
+func (s *Suite) testBackgroundStdin(t *testing.T) {
+	m, _ := s.mgr(t, 0)
+	r := start(t, m, terminal.Request{Command: `read line; echo "got:$line"`})
+	if res := m.Process(context.Background(), "k", process.Request{Action: "submit", SessionID: r.SessionID, Data: "hello"}); res["status"] != "ok" {
+		t.Fatalf("submit: %v", res)
+	}
+	w := m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 20})
+	if w["output"] != "got:hello" || w["exit_code"] != 0 {
+		t.Fatalf("after submit: %v", w)
+	}
+
+	r = start(t, m, terminal.Request{Command: "cat; echo END"})
+	m.Process(context.Background(), "k", process.Request{Action: "write", SessionID: r.SessionID, Data: "abc"})
+	m.Process(context.Background(), "k", process.Request{Action: "write", SessionID: r.SessionID, Data: "def\n"})
+	if res := do(m, r.SessionID, "close"); res["status"] != "ok" {
+		t.Fatalf("close: %v", res)
+	}
+	w = m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 20})
+	if w["output"] != "abcdef\nEND" || w["status"] != process.Exited {
+		t.Fatalf("after write+close: %v", w)
+	}
+	if res := m.Process(context.Background(), "k", process.Request{Action: "write", SessionID: r.SessionID, Data: "x"}); res["error"] == nil {
+		t.Fatalf("write to an exited process accepted: %v", res)
+	}
+}
+
+func (s *Suite) testBackgroundKill(t *testing.T) {
+	m, _ := s.mgr(t, 0)
+	r := start(t, m, terminal.Request{Command: "sleep 1009 & sh -c 'sleep 1009'; sleep 1009"})
+	time.Sleep(300 * time.Millisecond)
+	if k := do(m, r.SessionID, "kill"); k["status"] != "killed" {
+		t.Fatalf("kill: %v", k)
+	}
+	if p := do(m, r.SessionID, "poll"); p["status"] != process.Exited {
+		t.Fatalf("poll after kill: %v", p)
+	}
+	fg := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("sleep 1009")})
+	if fg.Output != "0" {
+		t.Fatalf("%s processes of the killed tree still running", fg.Output)
+	}
+	if k := do(m, r.SessionID, "kill"); k["status"] != "already_exited" {
+		t.Fatalf("second kill: %v", k)
+	}
+}
+
+func (s *Suite) testBackgroundPTY(t *testing.T) {
+	m, _ := s.mgr(t, 0)
+	r := start(t, m, terminal.Request{Command: "tty", PTY: true})
+	w := m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 20})
+	out, _ := w["output"].(string)
+	if !strings.HasPrefix(strings.TrimSpace(out), "/dev/") || w["exit_code"] != 0 {
+		t.Fatalf("tty with pty: %v", w)
+	}
+	r = start(t, m, terminal.Request{Command: "tty"})
+	w = m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 20})
+	if w["exit_code"] == 0 {
+		t.Fatalf("tty without pty claims a terminal: %v", w)
+	}
+	r = start(t, m, terminal.Request{Command: `read line; echo "got:$line"`, PTY: true})
+	m.Process(context.Background(), "k", process.Request{Action: "submit", SessionID: r.SessionID, Data: "typed"})
+	w = m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 20})
+	if out, _ := w["output"].(string); !strings.Contains(out, "got:typed") {
+		t.Fatalf("submit on a pty: %v", w)
+	}
+}
+
+func (s *Suite) testBackgroundLogList(t *testing.T) {
+	m, _ := s.mgr(t, 0)
+	r := start(t, m, terminal.Request{Command: `i=0; while [ $i -lt 300 ]; do echo "line $i"; i=$((i+1)); done`})
+	m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 20})
+	l := do(m, r.SessionID, "log")
+	out, _ := l["output"].(string)
+	lines := strings.Split(out, "\n")
+	if l["total_lines"] != 300 || len(lines) != 200 || lines[0] != "line 100" || lines[199] != "line 299" {
+		t.Fatalf("default log: total %v, %d lines from %q", l["total_lines"], len(lines), lines[0])
+	}
+	off, lim := 10, 3
+	l = m.Process(context.Background(), "k", process.Request{Action: "log", SessionID: r.SessionID, Offset: &off, Limit: &lim})
+	if l["output"] != "line 10\nline 11\nline 12" {
+		t.Fatalf("log offset 10 limit 3: %v", l["output"])
+	}
+	short := strings.TrimPrefix(r.SessionID, "proc_")[:6]
+	if p := do(m, short, "poll"); p["session_id"] != r.SessionID {
+		t.Fatalf("prefix %q did not resolve: %v", short, p)
+	}
+	if p := do(m, "proc_"+short, "poll"); p["session_id"] != r.SessionID {
+		t.Fatalf("prefix proc_%q did not resolve: %v", short, p)
+	}
+	if p := do(m, "ffffffffffff", "poll"); p["status"] != "not_found" || !strings.Contains(fmt.Sprint(p["error"]), "No process with ID") {
+		t.Fatalf("unknown id: %v", p)
+	}
+	list := m.Process(context.Background(), "k", process.Request{Action: "list"})
+	items, _ := list["processes"].([]map[string]any)
+	if len(items) != 1 || items[0]["session_id"] != r.SessionID || items[0]["status"] != process.Exited || items[0]["exit_code"] != 0 {
+		t.Fatalf("list: %v", list)
+	}
+	for _, f := range []string{"command", "cwd", "pid", "started_at", "uptime_seconds", "output_preview"} {
+		if _, ok := items[0][f]; !ok {
+			t.Errorf("list entry lacks %q", f)
+		}
+	}
+}
+
+func (s *Suite) testForegroundPromotion(t *testing.T) {
+	m, _ := s.mgr(t, 0)
+	res := m.Terminal(context.Background(), "k", terminal.Request{Command: "echo promoted", Timeout: 601})
+	r, ok := res.(process.StartResult)
+	if !ok || r.Error != nil || !idPattern.MatchString(r.SessionID) || !strings.Contains(r.Output, "background") {
+		t.Fatalf("foreground request with timeout 601: %#v", res)
+	}
+	w := m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 20})
+	if w["output"] != "promoted" {
+		t.Fatalf("promoted job: %v", w)
+	}
+	if _, ok := m.Terminal(context.Background(), "k", terminal.Request{Command: "true", Timeout: 600}).(terminal.Result); !ok {
+		t.Fatalf("timeout 600 should stay in the foreground")
+	}
+}
+
+func (s *Suite) testConcurrentFirstCalls(t *testing.T) {
+	m, built := s.mgr(t, 0)
+	var wg sync.WaitGroup
+	results := make([]terminal.Result, 20)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = m.Run(context.Background(), "shared", terminal.Request{Command: fmt.Sprintf("echo %d", i)})
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.Error != nil || r.Output != fmt.Sprint(i) {
+			t.Errorf("call %d: %+v", i, r)
+		}
+	}
+	if n := built.Load(); n != 1 {
+		t.Fatalf("20 concurrent first calls built %d environments, want 1", n)
+	}
+}
+
+func (s *Suite) testIdleSweep(t *testing.T) {
+	m, built := s.mgr(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m.StartSweeper(ctx)
+	if r := m.Run(ctx, "idle", terminal.Request{Command: "true"}); r.Error != nil {
+		t.Fatal(*r.Error)
+	}
+	busy := m.Background(ctx, "busy", terminal.Request{Command: "sleep 1010", Background: true})
+	if busy.Error != nil {
+		t.Fatal(*busy.Error)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		keys := m.Keys()
+		if len(keys) == 1 && keys[0] == "busy" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if keys := m.Keys(); len(keys) != 1 || keys[0] != "busy" {
+		t.Fatalf("after the lifetime, environments %v; want only the busy one kept", keys)
+	}
+	// Using a swept key again creates a fresh environment.
+	if r := m.Run(ctx, "idle", terminal.Request{Command: "echo back"}); r.Output != "back" {
+		t.Fatalf("reuse after sweep: %+v", r)
+	}
+	if n := built.Load(); n != 3 {
+		t.Fatalf("built %d environments, want 3 (idle, busy, idle again)", n)
+	}
+	do(m, busy.SessionID, "kill")
+}

@@ -1,0 +1,182 @@
+package session
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/a55dbaac/berth/backend"
+)
+
+// Detached is a process started beside the session's shell (a background
+// job of the process tool): same environment, same cwd and exported
+// variables as the session at the moment it started, but its own process
+// with its own stdin and output.
+type Detached struct {
+	Proc backend.Process
+	// PID is the process's pid inside the target (0 when unknown).
+	PID int
+	// Output is the process's output, after the start handshake.
+	Output io.Reader
+}
+
+// detachedWrapper reads one line from stdin holding the printf %b encoded
+// preamble (cwd, exported variables, the command), prints its own pid on a
+// line, and evaluates the preamble. Secrets in the preamble never appear in
+// an argv. The wrapper's stdin then belongs to the command.
+const detachedWrapper = `IFS= read -r __berth_l || exit 127
+exec 2>&1
+printf '%s\n' "$$"
+eval "$(printf '%b' "$__berth_l")"`
+
+// StartDetached starts command in the session's environment as a separate
+// process: it runs with the session's current cwd (or workdir) and exported
+// variables, in the same shell kind as the session, and with a terminal when
+// tty is set. The session's own shell is not involved and stays free.
+func (s *Session) StartDetached(ctx context.Context, command, workdir string, tty bool) (*Detached, error) {
+	if strings.IndexByte(command, 0) >= 0 {
+		return nil, errors.New("session: command contains a NUL byte, which no shell can receive")
+	}
+	s.mu.Lock()
+	if err := s.ensure(ctx); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	cwd, exports, bash := s.cwd, s.exports, s.sh.bash
+	s.mu.Unlock()
+
+	var pre strings.Builder
+	if exports != "" {
+		pre.WriteString("{\n" + exports + "\n} >/dev/null 2>&1\n")
+	}
+	if len(s.opts.Env) > 0 {
+		lines, err := exportLines(s.opts.Env)
+		if err != nil {
+			return nil, err
+		}
+		pre.WriteString(lines)
+	}
+	pre.WriteString("export PAGER=cat GIT_PAGER=cat GIT_TERMINAL_PROMPT=0\n")
+	dir := cwd
+	if workdir != "" {
+		dir = workdir
+	}
+	switch {
+	case dir == "~":
+		pre.WriteString("cd \"$HOME\" || exit 1\n")
+	case strings.HasPrefix(dir, "~/"):
+		pre.WriteString("cd \"$HOME\"/" + quote(dir[2:]) + " || exit 1\n")
+	case dir != "":
+		pre.WriteString("cd -- " + quote(dir) + " || exit 1\n")
+	}
+	pre.WriteString("eval " + quote(command) + "\n")
+
+	sh := "sh"
+	if bash {
+		sh = "bash"
+	}
+	var p backend.Process
+	var err error
+	if tty {
+		p, err = s.startDetachedTTY(ctx, sh, pre.String())
+	} else {
+		p, err = s.be.Start(ctx, backend.ProcSpec{Argv: []string{sh, "-c", detachedWrapper, "berth-bg"}})
+		if err == nil {
+			line := printfLine([]byte(pre.String()))
+			line = line[1:len(line)-1] + "\n" // raw %b text, no shell quotes
+			if _, werr := io.WriteString(p.Stdin(), line); werr != nil {
+				p.Close()
+				err = fmt.Errorf("send preamble: %w", werr)
+			}
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("session: start background process on %s: %w", s.be.Name(), err)
+	}
+	br := bufio.NewReader(p.Stdout())
+	pidc := make(chan string, 1)
+	go func() {
+		for {
+			l, err := br.ReadString('\n')
+			l = strings.TrimRight(l, "\r\n")
+			if _, perr := strconv.Atoi(l); perr == nil || err != nil {
+				pidc <- l
+				return
+			}
+			// Anything before the pid line (a login banner) is skipped.
+		}
+	}()
+	var pidLine string
+	select {
+	case pidLine = <-pidc:
+	case <-time.After(30 * time.Second):
+		p.Close()
+		return nil, fmt.Errorf("session: background process on %s did not start", s.be.Name())
+	case <-ctx.Done():
+		p.Close()
+		return nil, ctx.Err()
+	}
+	pid, _ := strconv.Atoi(pidLine)
+	return &Detached{Proc: p, PID: pid, Output: br}, nil
+}
+
+// detachedTTYWrapper runs the preamble from a private file ($1) that it
+// deletes at once, so nothing has to be typed into the terminal (which
+// would echo it, secrets included, and cut lines at 4 KiB).
+const detachedTTYWrapper = `exec 2>&1
+printf '%s\n' "$$"
+__berth_f=$1
+. "$__berth_f"`
+
+// startDetachedTTY writes the preamble to a 0600 file inside the target
+// through a helper process (content on stdin, never in argv), then starts
+// the wrapper on a terminal to source it.
+func (s *Session) startDetachedTTY(ctx context.Context, sh, preamble string) (backend.Process, error) {
+	file := "/tmp/.berth-bg-" + nonce()
+	w, err := s.be.Start(ctx, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", "umask 077 && cat >\"$1\"", "berth-put", file}})
+	if err != nil {
+		return nil, err
+	}
+	go io.Copy(io.Discard, w.Stdout())
+	_, werr := io.WriteString(w.Stdin(), "command rm -f \"$__berth_f\"\n"+preamble)
+	w.Stdin().Close()
+	code, waitErr := w.Wait()
+	w.Close()
+	if werr != nil || waitErr != nil || code != 0 {
+		return nil, fmt.Errorf("write preamble file %s: status %d: %v", file, code, errors.Join(werr, waitErr))
+	}
+	p, err := s.be.Start(ctx, backend.ProcSpec{Argv: []string{sh, "-c", detachedTTYWrapper, "berth-bg", file}, TTY: true})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// KillTree stops a process inside the environment and everything it
+// started: TERM to its process group and descendants, KILL to what is left
+// after the grace period. It returns when the kill script has finished.
+func (s *Session) KillTree(ctx context.Context, pid int) error {
+	if pid <= 0 {
+		return errors.New("session: no pid to kill")
+	}
+	p, err := s.be.Start(ctx, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", killScript, "berth-kill", strconv.Itoa(pid), graceTenths(s.opts.Grace.Seconds())}})
+	if err != nil {
+		return fmt.Errorf("session: start kill helper on %s: %w", s.be.Name(), err)
+	}
+	defer p.Close()
+	p.Stdin().Close()
+	go io.Copy(io.Discard, p.Stdout())
+	done := make(chan struct{})
+	go func() { p.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("session: kill %d on %s: %w", pid, s.be.Name(), ctx.Err())
+	}
+}
