@@ -150,9 +150,18 @@ func (r *Registry) Start(ctx context.Context, env *terminal.Env, key string, req
 		}
 	}()
 	go func() {
-		code, err := det.Proc.Wait()
-		if err != nil {
-			code = -1
+		waited := make(chan int, 1)
+		go func() {
+			code, err := det.Proc.Wait()
+			if err != nil {
+				code = -1
+			}
+			waited <- code
+		}()
+		var code int
+		select {
+		case code = <-det.Exited:
+		case code = <-waited:
 		}
 		// Give output already in flight a moment, but never wait for a
 		// descendant that keeps the stream open.

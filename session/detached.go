@@ -21,8 +21,15 @@ type Detached struct {
 	Proc backend.Process
 	// PID is the process's pid inside the target (0 when unknown).
 	PID int
-	// Output is the process's output, after the start handshake.
+	// Output is the process's output, after the start handshake, without
+	// the exit frame.
 	Output io.Reader
+	// Exited receives the command's exit status as soon as the wrapper
+	// reports it in its output, which can be well before the backend
+	// reports the process's end (docker holds an exec's exit back while a
+	// descendant keeps the stream open). It is never closed; a command
+	// killed by a signal reports nothing here and is seen through Wait.
+	Exited <-chan int
 }
 
 // detachedWrapper reads one line from stdin holding the printf %b encoded
@@ -74,7 +81,11 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 	case dir != "":
 		pre.WriteString("cd -- " + quote(dir) + " || exit 1\n")
 	}
-	pre.WriteString("eval " + quote(command) + "\n")
+	// The command runs in a subshell so that exit, exec or set -e in it
+	// cannot skip the exit frame printed after it.
+	n := nonce()
+	pre.WriteString("( eval " + quote(command) + " )\n__berth_s=$?\n")
+	pre.WriteString("command printf '\\n" + markerPrefix + "%s_%s\\000' " + n + " \"$__berth_s\"\nexit $__berth_s\n")
 
 	sh := "sh"
 	if bash {
@@ -122,7 +133,36 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 		return nil, ctx.Err()
 	}
 	pid, _ := strconv.Atoi(pidLine)
-	return &Detached{Proc: p, PID: pid, Output: br}, nil
+	pr, pw := io.Pipe()
+	exited := make(chan int, 1)
+	go func() {
+		fr := newFramer(n, 1)
+		buf := make([]byte, 32<<10)
+		framed := false
+		for {
+			k, err := br.Read(buf)
+			if k > 0 {
+				if framed {
+					pw.Write(buf[:k])
+				} else if fr.feed(buf[:k], pw) {
+					framed = true
+					code, _ := strconv.Atoi(fr.got[0])
+					exited <- code
+					if len(fr.rest) > 0 {
+						pw.Write(fr.rest)
+					}
+				}
+			}
+			if err != nil {
+				if !framed {
+					fr.flush(pw)
+				}
+				pw.CloseWithError(err)
+				return
+			}
+		}
+	}()
+	return &Detached{Proc: p, PID: pid, Output: pr, Exited: exited}, nil
 }
 
 // detachedTTYWrapper runs the preamble from a private file ($1) that it
