@@ -15,6 +15,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/a55dbaac/berth/config"
 )
@@ -148,6 +149,30 @@ type Registration struct {
 	New         Factory
 	// Doctor checks whether the backend can work here. It may be nil.
 	Doctor func(ctx context.Context, opts Options) Fingerprint
+	// Envs administers the environments the backend keeps beyond one berth
+	// process (containers, sandboxes). Nil for backends that keep none.
+	Envs EnvAdmin
+}
+
+// EnvInfo describes an environment a backend keeps (berth env ls).
+type EnvInfo struct {
+	Backend string
+	Key     string
+	State   string // running, exited, ...
+	ID      string // container or sandbox id
+	Image   string
+	Created time.Time
+}
+
+// EnvAdmin lists and removes a backend's kept environments.
+type EnvAdmin interface {
+	List(ctx context.Context, opts Options) ([]EnvInfo, error)
+	// Remove deletes key's environment and its volumes; a key with nothing
+	// is not an error.
+	Remove(ctx context.Context, opts Options, key string) error
+	// Prune removes environments not running for longer than maxAge and
+	// returns their keys.
+	Prune(ctx context.Context, opts Options, maxAge time.Duration) ([]string, error)
 }
 
 var (

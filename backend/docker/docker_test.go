@@ -1,0 +1,749 @@
+package docker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+)
+
+// testKey returns a fresh environment key whose container and volumes are
+// removed at the end of the test.
+func testKey(t testing.TB) string {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	key := "test-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + "-" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := Remove(ctx, key); err != nil {
+			t.Errorf("cleanup: remove %s: %v", key, err)
+		}
+	})
+	return key
+}
+
+// testOptions returns options for a throwaway environment on the test image.
+func testOptions(t testing.TB, mutate func(*config.Terminal)) backend.Options {
+	t.Helper()
+	cfg := config.Defaults()
+	cfg.Backend = Name
+	cfg.DockerImage = dockerenv.Image(t)
+	cfg.ContainerPersistent = false
+	cfg.ContainerMemory = 512
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	return backend.Options{Key: testKey(t), Config: cfg, Getenv: func(string) string { return "" }}
+}
+
+func newBackend(t testing.TB, opts backend.Options) *Backend {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := New(ctx, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return b
+}
+
+// run runs script with sh -c, stdin closed, and returns its merged output
+// and exit status.
+func run(t testing.TB, b backend.Backend, script string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := b.Start(ctx, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", script}})
+	if err != nil {
+		t.Fatalf("Start %q: %v", script, err)
+	}
+	defer p.Close()
+	_ = p.Stdin().Close()
+	outc := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(p.Stdout()); outc <- b }()
+	code, err := waitTimeout(t, p, 60*time.Second)
+	if err != nil {
+		t.Fatalf("Wait %q: %v", script, err)
+	}
+	select {
+	case out := <-outc:
+		return string(out), code
+	case <-time.After(10 * time.Second):
+		t.Fatalf("output of %q did not end", script)
+	}
+	return "", 0
+}
+
+func waitTimeout(t testing.TB, p backend.Process, d time.Duration) (int, error) {
+	t.Helper()
+	type res struct {
+		code int
+		err  error
+	}
+	c := make(chan res, 1)
+	go func() { code, err := p.Wait(); c <- res{code, err} }()
+	select {
+	case r := <-c:
+		return r.code, r.err
+	case <-time.After(d):
+		t.Fatalf("Wait did not return within %v", d)
+	}
+	return 0, nil
+}
+
+func TestRunExitCodeAndMergedOutput(t *testing.T) {
+	b := newBackend(t, testOptions(t, nil))
+	out, code := run(t, b, "echo out; echo err >&2; exit 3")
+	if code != 3 {
+		t.Errorf("exit code = %d, want 3", code)
+	}
+	if !strings.Contains(out, "out\n") || !strings.Contains(out, "err\n") {
+		t.Errorf("output = %q, want stdout and stderr merged", out)
+	}
+	if _, code := run(t, b, "kill -9 $$"); code != 137 {
+		t.Errorf("killed by SIGKILL: exit code = %d, want 137", code)
+	}
+	if _, code := run(t, b, "kill -TERM $$"); code != 143 {
+		t.Errorf("killed by SIGTERM: exit code = %d, want 143", code)
+	}
+	if out, _ := run(t, b, "pwd"); strings.TrimSpace(out) != "/root" {
+		t.Errorf("default working dir = %q, want /root", out)
+	}
+	if _, err := b.Start(context.Background(), backend.ProcSpec{}); err == nil {
+		t.Error("Start with empty argv succeeded")
+	}
+}
+
+func TestProcSpecDirAndEnv(t *testing.T) {
+	b := newBackend(t, testOptions(t, func(c *config.Terminal) {
+		c.Cwd = "/srv/app"
+		c.DockerEnv = map[string]string{"BERTH_PLAIN": "visible"}
+	}))
+	out, _ := run(t, b, `pwd; echo "$BERTH_PLAIN"`)
+	if out != "/srv/app\nvisible\n" {
+		t.Errorf("output = %q", out)
+	}
+	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"sh", "-c", `pwd; echo "$X"`}, Dir: "/tmp", Env: []string{"X=y"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	got, _ := io.ReadAll(p.Stdout())
+	if string(got) != "/tmp\ny\n" {
+		t.Errorf("output = %q, want /tmp and y", got)
+	}
+	if code, err := p.Wait(); code != 0 || err != nil {
+		t.Errorf("Wait = %d, %v", code, err)
+	}
+}
+
+func TestHostLookingCwdFallsBack(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "/root", "~": "/root", ".": "/root", "rel/dir": "/root",
+		"/home/alice/proj": "/root", "/Users/bob": "/root", "/srv/x/": "/srv/x", "~/src": "/root/src",
+	} {
+		if got := containerDir(in, "/root"); got != want {
+			t.Errorf("containerDir(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestWaitReturnsWhileDescendantHoldsOutput(t *testing.T) {
+	b := newBackend(t, testOptions(t, nil))
+	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"/bin/sh", "-c", "setsid sleep 100 & echo started; exit 7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	r := bufio.NewReader(p.Stdout())
+	line, err := r.ReadString('\n')
+	if err != nil || line != "started\n" {
+		t.Fatalf("first line = %q, %v", line, err)
+	}
+	start := time.Now()
+	code, err := waitTimeout(t, p, 10*time.Second)
+	if err != nil || code != 7 {
+		t.Errorf("Wait = %d, %v; want 7", code, err)
+	}
+	t.Logf("Wait returned %v after the exit while sleep still held the stream", time.Since(start))
+}
+
+func TestStdinEOF(t *testing.T) {
+	b := newBackend(t, testOptions(t, nil))
+	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := io.WriteString(p.Stdin(), "hello\nworld\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stdin().Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(p.Stdout())
+	if string(out) != "hello\nworld\n" {
+		t.Errorf("cat echoed %q", out)
+	}
+	if code, err := waitTimeout(t, p, 10*time.Second); code != 0 || err != nil {
+		t.Errorf("Wait = %d, %v", code, err)
+	}
+}
+
+func TestTTY(t *testing.T) {
+	b := newBackend(t, testOptions(t, nil))
+	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"sh", "-c", "tty; exit 4"}, TTY: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	out, _ := io.ReadAll(p.Stdout())
+	if !strings.Contains(string(out), "/dev/pts/") {
+		t.Errorf("tty printed %q", out)
+	}
+	if code, _ := waitTimeout(t, p, 10*time.Second); code != 4 {
+		t.Errorf("exit code = %d, want 4", code)
+	}
+}
+
+// TestExecIsProcessGroupLeader documents what the session's kill logic
+// relies on: a process started by a (non-TTY) exec leads its own process
+// group and session inside the container.
+func TestExecIsProcessGroupLeader(t *testing.T) {
+	b := newBackend(t, testOptions(t, nil))
+	out, _ := run(t, b, `set -- $(cat /proc/$$/stat); echo "$1 $5 $6"`)
+	f := strings.Fields(out)
+	if len(f) != 3 {
+		t.Fatalf("stat fields = %q", out)
+	}
+	if f[0] != f[1] || f[0] != f[2] {
+		t.Errorf("pid %s, pgid %s, sid %s: the exec'd process is not its own group and session leader", f[0], f[1], f[2])
+	}
+}
+
+func TestPersistentShellRoundTrip(t *testing.T) {
+	b := newBackend(t, testOptions(t, nil))
+	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"/bin/sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	r := bufio.NewReader(p.Stdout())
+	const n = 200
+	durs := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		fmt.Fprintf(p.Stdin(), "echo m%d\n", i)
+		line, err := r.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("m%d\n", i) {
+			t.Fatalf("round trip %d: %q, %v", i, line, err)
+		}
+		durs = append(durs, time.Since(start))
+	}
+	t.Logf("persistent shell round trip p50 = %v", percentile(durs, 50))
+	fmt.Fprintln(p.Stdin(), "exit 5")
+	if code, err := waitTimeout(t, p, 10*time.Second); code != 5 || err != nil {
+		t.Errorf("Wait = %d, %v", code, err)
+	}
+}
+
+func percentile(d []time.Duration, q int) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s[len(s)*q/100]
+}
+
+func TestHardeningFromInside(t *testing.T) {
+	b := newBackend(t, testOptions(t, nil))
+	out, _ := run(t, b, `grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status; cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max; mount | grep -E ' /(tmp|var/tmp|run|dev/shm) '`)
+	// CHOWN(0) DAC_OVERRIDE(1) FOWNER(3) SETGID(6) SETUID(7)
+	const mask = "00000000000000cb"
+	for _, want := range []string{"CapEff:\t" + mask, "CapBnd:\t" + mask, "NoNewPrivs:\t1", "\n256\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	for _, m := range []struct{ dir, opts string }{
+		{"/tmp", "nosuid"}, {"/var/tmp", "noexec"}, {"/run", "noexec"}, {"/tmp", "size=524288k"},
+		{"/var/tmp", "size=262144k"}, {"/run", "size=65536k"}, {"/dev/shm", "size=1048576k"},
+	} {
+		found := false
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, " "+m.dir+" ") && strings.Contains(l, m.opts) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("mount %s lacks %s in\n%s", m.dir, m.opts, out)
+		}
+	}
+	ctx := context.Background()
+	ins, err := b.cli.ContainerInspect(ctx, b.ContainerID(), client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := ins.Container.HostConfig
+	if hc.Init == nil || !*hc.Init || hc.NanoCPUs != 1e9 || hc.Memory != 512<<20 || hc.ShmSize != 1<<30 {
+		t.Errorf("host config: init %v cpus %d memory %d shm %d", hc.Init, hc.NanoCPUs, hc.Memory, hc.ShmSize)
+	}
+	if got := strings.Join(ins.Container.Config.Entrypoint, " "); got != "sleep infinity" {
+		t.Errorf("entrypoint = %q", got)
+	}
+	if _, code := run(t, b, "chown nobody /root && chown root /root"); code != 0 {
+		t.Errorf("chown with CAP_CHOWN failed")
+	}
+	if out, code := run(t, b, "mknod /tmp/x c 1 3"); code == 0 {
+		t.Errorf("mknod (CAP_MKNOD dropped) succeeded: %s", out)
+	}
+}
+
+func TestPidsLimitStopsForkBomb(t *testing.T) {
+	b := newBackend(t, testOptions(t, nil))
+	// Short-lived children, so the container recovers by itself.
+	out, code := run(t, b, `i=0; while [ $i -lt 400 ]; do sleep 4 & i=$((i+1)); echo $i > /tmp/n; done; echo all-started`)
+	if code == 0 || strings.Contains(out, "all-started") {
+		t.Fatalf("400 processes started despite the pids limit (exit %d): %s", code, out)
+	}
+	t.Logf("fork loop stopped with exit %d: %s", code, strings.TrimSpace(out))
+	time.Sleep(5 * time.Second)
+	n, _ := run(t, b, "cat /tmp/n")
+	if v, err := strconv.Atoi(strings.TrimSpace(n)); err != nil || v >= 256 {
+		t.Errorf("started %q background processes, want < 256", n)
+	}
+}
+
+func TestReadOnlyRoot(t *testing.T) {
+	b := newBackend(t, testOptions(t, func(c *config.Terminal) { c.DockerReadOnly = true }))
+	if out, code := run(t, b, "touch /etc/berth-test"); code == 0 {
+		t.Errorf("writing /etc succeeded on a read-only root: %s", out)
+	}
+	if out, code := run(t, b, "touch /root/a /workspace/b /tmp/c && echo ok"); code != 0 {
+		t.Errorf("writing /root, /workspace, /tmp failed: %s", out)
+	}
+}
+
+func TestMemoryLimitOOMKill(t *testing.T) {
+	b := newBackend(t, testOptions(t, func(c *config.Terminal) { c.ContainerMemory = 64 }))
+	out, code := run(t, b, `exec bash -c 'x=$(head -c 300000000 /dev/zero | tr "\0" a); echo survived ${#x}'`)
+	if code != 137 {
+		t.Errorf("memory hog: exit %d, want 137 (OOM-killed); output %q", code, out)
+	}
+	if out, code := run(t, b, "echo alive"); code != 0 || out != "alive\n" {
+		t.Errorf("container unusable after the OOM kill: %d %q", code, out)
+	}
+}
+
+func TestForwardedSecretsStayOutOfConfigAndCmdlines(t *testing.T) {
+	var rb [8]byte
+	_, _ = rand.Read(rb[:])
+	secret := "berth-secret-" + hex.EncodeToString(rb[:])
+	opts := testOptions(t, func(c *config.Terminal) {
+		c.DockerForwardEnv = []string{"BERTH_TEST_SECRET", "BERTH_TEST_UNSET"}
+	})
+	opts.Getenv = func(k string) string {
+		if k == "BERTH_TEST_SECRET" {
+			return secret
+		}
+		return ""
+	}
+	b := newBackend(t, opts)
+	env := b.SessionEnv()
+	if env["BERTH_TEST_SECRET"] != secret || len(env) != 1 {
+		t.Fatalf("SessionEnv = %v", env)
+	}
+	ins, err := b.cli.ContainerInspect(context.Background(), b.ContainerID(), client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(ins.Raw), secret) {
+		t.Fatalf("secret found in the container's inspect output")
+	}
+
+	// Deliver it the way the session does: through the shell's stdin.
+	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"/bin/sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	r := bufio.NewReader(p.Stdout())
+	fmt.Fprintf(p.Stdin(), "export BERTH_TEST_SECRET='%s'\nsleep 30 &\nbash -c 'sleep 31' &\n", secret)
+	fmt.Fprintf(p.Stdin(), "echo \"len=${#BERTH_TEST_SECRET}\"\n")
+	if line, _ := r.ReadString('\n'); line != fmt.Sprintf("len=%d\n", len(secret)) {
+		t.Fatalf("secret not exported in the shell: %q", line)
+	}
+	// The pattern goes through a file: in grep's argv it would match itself.
+	io.WriteString(p.Stdin(), `printf '%s\n' "$BERTH_TEST_SECRET" > /tmp/pat; for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < $f; echo; done | grep -c . ; for f in /proc/[0-9]*/cmdline; do cat $f; echo; done | grep -c -F -f /tmp/pat; echo end`+"\n")
+	var lines []string
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line == "end\n" {
+			break
+		}
+		lines = append(lines, strings.TrimSpace(line))
+	}
+	if len(lines) != 2 || lines[1] != "0" {
+		t.Errorf("secret found in a container command line: %v", lines)
+	}
+	// And on the host.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		data, err := os.ReadFile(f)
+		if err == nil && bytes.Contains(data, []byte(secret)) {
+			t.Errorf("secret found in host %s: %q", f, data)
+		}
+	}
+	fmt.Fprintln(p.Stdin(), "kill %1 %2 2>/dev/null; exit 0")
+	_, _ = waitTimeout(t, p, 10*time.Second)
+}
+
+func TestPersistenceAcrossBackends(t *testing.T) {
+	opts := testOptions(t, func(c *config.Terminal) { c.ContainerPersistent = true })
+	ctx := context.Background()
+	b1, err := New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, code := run(t, b1, "echo kept > /root/f && echo ws > /workspace/g && touch /etc/installed"); code != 0 {
+		t.Fatal("write failed")
+	}
+	id1 := b1.ContainerID()
+	if err := b1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ins, err := b1.cliForTest(t).ContainerInspect(ctx, id1, client.ContainerInspectOptions{})
+	if err != nil || ins.Container.State.Running {
+		t.Errorf("persistent container after Close: running=%v err=%v; want stopped", ins.Container.State != nil && ins.Container.State.Running, err)
+	}
+
+	b2 := newBackend(t, opts)
+	if b2.ContainerID() != id1 {
+		t.Errorf("second backend created %s instead of reattaching %s", b2.ContainerID(), id1)
+	}
+	out, code := run(t, b2, "cat /root/f /workspace/g && ls /etc/installed")
+	if code != 0 || out != "kept\nws\n/etc/installed\n" {
+		t.Errorf("after reattach: %d %q", code, out)
+	}
+	if b2.Recreated() {
+		t.Error("reattach reported as recreation")
+	}
+	envs, err := List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range envs {
+		if e.Key == opts.Key {
+			found = e.ContainerID == id1 && e.Persistent && e.State == "running" && e.Image == opts.Config.DockerImage
+		}
+	}
+	if !found {
+		t.Errorf("List does not show %s running: %+v", opts.Key, envs)
+	}
+}
+
+// cliForTest returns a fresh client (the backend's own is closed by Close).
+func (b *Backend) cliForTest(t testing.TB) *client.Client {
+	return dockerenv.Require(t)
+}
+
+func TestSettingsChangeReplacesContainerKeepsVolumes(t *testing.T) {
+	opts := testOptions(t, func(c *config.Terminal) { c.ContainerPersistent = true })
+	ctx := context.Background()
+	b1, err := New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, b1, "echo kept > /root/f")
+	id1 := b1.ContainerID()
+	_ = b1.Close(ctx)
+	opts.Config.DockerEnv = map[string]string{"CHANGED": "1"}
+	b2 := newBackend(t, opts)
+	if b2.ContainerID() == id1 {
+		t.Error("container not replaced after a settings change")
+	}
+	if out, _ := run(t, b2, "cat /root/f; echo $CHANGED"); out != "kept\n1\n" {
+		t.Errorf("after replacement: %q", out)
+	}
+}
+
+func TestNonPersistentCloseRemovesEverything(t *testing.T) {
+	opts := testOptions(t, nil)
+	ctx := context.Background()
+	b, err := New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := b.ContainerID()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := b.Start(ctx, backend.ProcSpec{Argv: []string{"true"}}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Start after Close: %v", err)
+	}
+	cli := dockerenv.Require(t)
+	if _, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil {
+		t.Error("container still exists after Close")
+	}
+	vols, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: make(client.Filters).Add("label", LabelKey+"="+opts.Key)})
+	if err != nil || len(vols.Items) != 0 {
+		t.Errorf("volumes left after Close: %v %v", vols.Items, err)
+	}
+}
+
+func TestRecreateAfterOutsideRemovalAndStop(t *testing.T) {
+	b := newBackend(t, testOptions(t, nil))
+	cli := dockerenv.Require(t)
+	ctx := context.Background()
+	if _, err := cli.ContainerRemove(ctx, b.ContainerID(), client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, b, "echo back"); code != 0 || out != "back\n" {
+		t.Fatalf("after docker rm -f: %d %q", code, out)
+	}
+	if !b.Recreated() {
+		t.Error("Recreated() = false after the container was removed")
+	}
+	if b.Recreated() {
+		t.Error("Recreated() reported twice")
+	}
+	timeout := 0
+	if _, err := cli.ContainerStop(ctx, b.ContainerID(), client.ContainerStopOptions{Timeout: &timeout}); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, b, "echo again"); code != 0 || out != "again\n" {
+		t.Fatalf("after docker stop: %d %q", code, out)
+	}
+	if !b.Recreated() {
+		t.Error("Recreated() = false after the container was stopped")
+	}
+}
+
+func TestWaitWhenContainerStops(t *testing.T) {
+	b := newBackend(t, testOptions(t, nil))
+	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"sh", "-c", "echo ready; exec sleep 1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if line, err := bufio.NewReader(p.Stdout()).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	timeout := 0
+	if _, err := b.cli.ContainerStop(context.Background(), b.ContainerID(), client.ContainerStopOptions{Timeout: &timeout}); err != nil {
+		t.Fatal(err)
+	}
+	code, err := waitTimeout(t, p, 15*time.Second)
+	if err != nil || code != 137 {
+		t.Errorf("Wait after the container stopped = %d, %v; want 137", code, err)
+	}
+}
+
+func TestOrphanPruning(t *testing.T) {
+	image := dockerenv.Image(t)
+	cli := dockerenv.Require(t)
+	ctx := context.Background()
+	mk := func(persistent bool) string {
+		key := testKey(t)
+		res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+			Name: ContainerName(key),
+			Config: &container.Config{Image: image, Entrypoint: []string{"true"}, Labels: map[string]string{
+				LabelBerth: "1", LabelKey: key, LabelPersistent: boolLabel(persistent), LabelConfig: "x",
+			}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		w := cli.ContainerWait(ctx, res.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+		select {
+		case <-w.Result:
+		case err := <-w.Error:
+			t.Fatal(err)
+		}
+		return key
+	}
+	throwaway, persistent := mk(false), mk(true)
+	mine := func(c container.Summary) bool {
+		k := c.Labels[LabelKey]
+		return k == throwaway || k == persistent
+	}
+	// Too young for the threshold: kept.
+	if removed, err := prune(ctx, cli, daemonHost(nil), time.Hour, false, mine); err != nil || len(removed) != 0 {
+		t.Fatalf("prune(1h) removed %v, %v", removed, err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	removed, err := prune(ctx, cli, daemonHost(nil), time.Second, false, mine)
+	if err != nil || len(removed) != 1 || removed[0] != throwaway {
+		t.Fatalf("orphan pruning removed %v, %v; want only %s", removed, err, throwaway)
+	}
+	removed, err = prune(ctx, cli, daemonHost(nil), time.Second, true, mine)
+	if err != nil || len(removed) != 1 || removed[0] != persistent {
+		t.Fatalf("Prune removed %v, %v; want %s", removed, err, persistent)
+	}
+}
+
+func TestNoNetwork(t *testing.T) {
+	b := newBackend(t, testOptions(t, func(c *config.Terminal) { c.DockerNetwork = false }))
+	out, _ := run(t, b, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+	if strings.TrimSpace(out) != "lo" {
+		t.Errorf("interfaces with docker_network=false: %q, want only lo", out)
+	}
+	b2 := newBackend(t, testOptions(t, nil))
+	out, _ = run(t, b2, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+	if !strings.Contains(out, "eth0") {
+		t.Logf("note: with docker_network=true the container has only %q (daemon without bridge?)", out)
+	}
+}
+
+func TestVolumesAndCwdMount(t *testing.T) {
+	host := t.TempDir()
+	if err := os.WriteFile(filepath.Join(host, "hello.txt"), []byte("from host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := newBackend(t, testOptions(t, func(c *config.Terminal) {
+		c.DockerVolumes = []string{host + ":/data:ro"}
+	}))
+	if out, _ := run(t, b, "cat /data/hello.txt"); out != "from host\n" {
+		t.Errorf("bind mount: %q", out)
+	}
+	if _, code := run(t, b, "touch /data/x"); code == 0 {
+		t.Error("wrote to a :ro volume")
+	}
+
+	wd, _ := os.Getwd()
+	b2 := newBackend(t, testOptions(t, func(c *config.Terminal) { c.DockerMountCwdToWorkspace = true }))
+	if out, _ := run(t, b2, "pwd; ls /workspace/docker_test.go"); out != "/workspace\n/workspace/docker_test.go\n" {
+		t.Errorf("cwd %s mounted at /workspace: %q", wd, out)
+	}
+}
+
+func TestBadVolumeEntriesNamed(t *testing.T) {
+	for _, v := range []string{"nocolon", "rel/path:/x", "/h:relative", "/h:/x:bogus", "/h:/", ":/x", "/a:/b:ro:extra"} {
+		cfg := config.Defaults()
+		cfg.DockerVolumes = []string{v}
+		_, err := buildSpec(backend.Options{Key: "k", Config: cfg})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", v)) {
+			t.Errorf("entry %q: error %v does not name it", v, err)
+		}
+	}
+	for _, v := range []string{"/h:/x", "/h:/x:ro", "myvol:/data:rw,nocopy"} {
+		cfg := config.Defaults()
+		cfg.DockerVolumes = []string{v}
+		if _, err := buildSpec(backend.Options{Key: "k", Config: cfg}); err != nil {
+			t.Errorf("entry %q rejected: %v", v, err)
+		}
+	}
+}
+
+func TestUnreachableDaemon(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	opts := backend.Options{Key: "k", Config: config.Defaults(), Getenv: func(k string) string {
+		if k == "DOCKER_HOST" {
+			return "unix://" + sock
+		}
+		return ""
+	}}
+	_, err := New(context.Background(), opts)
+	var ue *backend.UnreachableError
+	if !errors.As(err, &ue) || ue.Target != sock || !strings.Contains(err.Error(), "dockerd") {
+		t.Fatalf("New with no daemon: %v", err)
+	}
+	fp := Doctor(context.Background(), opts)
+	if fp.Usable || fp.Fix == "" || !strings.Contains(fp.Summary, sock) {
+		t.Errorf("Doctor with no daemon: %+v", fp)
+	}
+}
+
+func TestMissingImage(t *testing.T) {
+	dockerenv.Require(t)
+	opts := testOptions(t, func(c *config.Terminal) { c.DockerImage = "berth-test/does-not-exist:0" })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := New(ctx, opts)
+	if err == nil || !strings.Contains(err.Error(), "berth-test/does-not-exist:0") || !strings.Contains(err.Error(), "build or import") {
+		t.Fatalf("New with a missing image: %v", err)
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	opts := testOptions(t, nil)
+	fp := Doctor(context.Background(), opts)
+	if !fp.Usable {
+		t.Fatalf("Doctor: %+v", fp)
+	}
+	all := fp.Summary + "\n" + strings.Join(fp.Details, "\n")
+	for _, want := range []string{"API", "cpu limit", "memory limit", "pids limit", "disk quota", "image " + opts.Config.DockerImage + ": present"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("Doctor output lacks %q:\n%s", want, all)
+		}
+	}
+	t.Logf("doctor:\n%s", all)
+}
+
+func TestRegistered(t *testing.T) {
+	r, ok := backend.Lookup(Name)
+	if !ok || r.Doctor == nil {
+		t.Fatal("docker backend not registered with a Doctor")
+	}
+}
+
+func TestCreateToFirstCommandAndExecLatency(t *testing.T) {
+	opts := testOptions(t, nil)
+	start := time.Now()
+	b := newBackend(t, opts)
+	if _, code := run(t, b, "true"); code != 0 {
+		t.Fatal("true failed")
+	}
+	t.Logf("create to first command: %v", time.Since(start))
+	var durs []time.Duration
+	for i := 0; i < 20; i++ {
+		s := time.Now()
+		p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		durs = append(durs, time.Since(s))
+		_, _ = p.Wait()
+		p.Close()
+	}
+	t.Logf("exec start (create+attach) p50: %v", percentile(durs, 50))
+}

@@ -1,0 +1,265 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/events"
+	"github.com/moby/moby/client"
+)
+
+// errProcClosed is Wait's error when Close came before the exit status.
+var errProcClosed = errors.New("docker: process closed before its exit status was known")
+
+// exec creates and attaches one exec in container id.
+func (b *Backend) exec(ctx context.Context, id string, ps backend.ProcSpec) (*process, error) {
+	// Events are replayed from here on, so the exit of even a very short
+	// process is not missed (the margin covers a daemon clock slightly
+	// behind ours).
+	since := time.Now().Add(-5 * time.Second)
+	cr, err := b.cli.ExecCreate(ctx, id, client.ExecCreateOptions{
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		TTY:          ps.TTY,
+		Cmd:          ps.Argv,
+		Env:          ps.Env,
+		WorkingDir:   ps.Dir,
+	})
+	if err != nil {
+		if isGone(err) {
+			return nil, err
+		}
+		return nil, wrap(b.host, err, "create exec %q in %s", ps.Argv[0], b.spec.Name)
+	}
+	att, err := b.cli.ExecAttach(ctx, cr.ID, client.ExecAttachOptions{TTY: ps.TTY})
+	if err != nil {
+		return nil, wrap(b.host, err, "start exec %q in %s", ps.Argv[0], b.spec.Name)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	p := &process{
+		cli:         b.cli,
+		execID:      cr.ID,
+		containerID: id,
+		conn:        att.HijackedResponse,
+		stdout:      pr,
+		eof:         make(chan struct{}),
+		done:        make(chan struct{}),
+		cancel:      cancel,
+	}
+	p.stdin = &stdin{p: p}
+	go p.copyOutput(pw, ps.TTY)
+	go p.watch(wctx, since)
+	return p, nil
+}
+
+// process is one exec with its stdin and output attached.
+//
+// Its exit status comes from the daemon's exec_die event for this exec
+// (subscribed with a replay window, so an early exit is not missed); when
+// the output stream ends, one ExecInspect usually settles it sooner. If the
+// event stream breaks (daemon restart), it falls back to ExecInspect with a
+// backoff from 50 ms to 1 s. No busy polling in the normal case, and Wait
+// returns even while a descendant (setsid ... &) keeps the output open.
+type process struct {
+	cli         *client.Client
+	execID      string
+	containerID string
+	conn        client.HijackedResponse
+	stdin       *stdin
+	stdout      *io.PipeReader
+	eof         chan struct{} // closed when the output stream ended
+	cancel      context.CancelFunc
+
+	once sync.Once
+	done chan struct{}
+	code int
+	err  error
+
+	closeOnce sync.Once
+}
+
+func (p *process) Stdin() io.WriteCloser { return p.stdin }
+func (p *process) Stdout() io.Reader     { return p.stdout }
+
+// Wait blocks until the exec has exited and returns its exit code (128+N
+// when killed by signal N).
+func (p *process) Wait() (int, error) {
+	<-p.done
+	return p.code, p.err
+}
+
+// Close closes the attached stream and stops watching for the exit status.
+// The process itself keeps running in the container.
+func (p *process) Close() error {
+	p.closeOnce.Do(func() {
+		p.cancel()
+		p.conn.Close()
+		p.stdout.CloseWithError(io.ErrClosedPipe)
+	})
+	return nil
+}
+
+func (p *process) finish(code int, err error) {
+	p.once.Do(func() {
+		p.code, p.err = code, err
+		close(p.done)
+	})
+}
+
+// copyOutput demultiplexes the exec's stream (stdout and stderr merged in
+// arrival order) into the pipe Stdout reads.
+func (p *process) copyOutput(pw *io.PipeWriter, tty bool) {
+	var err error
+	if tty {
+		_, err = io.Copy(pw, p.conn.Reader)
+	} else {
+		_, err = stdcopy.StdCopy(pw, pw, p.conn.Reader)
+	}
+	close(p.eof)
+	pw.CloseWithError(err) // nil: io.EOF
+}
+
+// watch learns the exit status.
+func (p *process) watch(ctx context.Context, since time.Time) {
+	defer p.cancel()
+	ev := p.cli.Events(ctx, client.EventsListOptions{
+		Since: fmt.Sprintf("%d.%09d", since.Unix(), since.Nanosecond()),
+		Filters: make(client.Filters).
+			Add("type", string(events.ContainerEventType)).
+			Add("container", p.containerID).
+			Add("event", "exec_die", "die", "destroy"),
+	})
+	eof := p.eof
+	var containerGone <-chan time.Time
+	for {
+		select {
+		case m, ok := <-ev.Messages:
+			if !ok {
+				ev.Messages = nil
+				continue
+			}
+			switch m.Action {
+			case "exec_die":
+				if m.Actor.Attributes["execID"] != p.execID {
+					continue
+				}
+				code, err := strconv.Atoi(m.Actor.Attributes["exitCode"])
+				if err != nil {
+					p.inspectUntilDone(ctx)
+					return
+				}
+				p.finish(code, nil)
+				return
+			case "die", "destroy":
+				// The container stopped: this exec died with it. Its own
+				// exec_die normally follows; do not wait for it long.
+				if containerGone == nil {
+					containerGone = time.After(2 * time.Second)
+				}
+			}
+		case <-ev.Err:
+			// The event stream ended: Close (ctx cancelled) or the daemon
+			// went away or restarted.
+			ev.Err = nil
+			if ctx.Err() != nil {
+				p.finalize()
+				return
+			}
+			p.inspectUntilDone(ctx)
+			return
+		case <-eof:
+			eof = nil
+			if code, running, err := p.inspect(ctx); err == nil && !running {
+				p.finish(code, nil)
+				return
+			}
+		case <-containerGone:
+			if code, running, err := p.inspect(ctx); err == nil && !running {
+				p.finish(code, nil)
+			} else {
+				p.finish(137, nil)
+			}
+			return
+		case <-ctx.Done():
+			p.finalize()
+			return
+		}
+	}
+}
+
+// finalize settles the status after Close: one last look, then give up.
+func (p *process) finalize() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if code, running, err := p.inspect(ctx); err == nil && !running {
+		p.finish(code, nil)
+		return
+	}
+	p.finish(-1, errProcClosed)
+}
+
+// inspectUntilDone is the fallback when no event stream is available.
+func (p *process) inspectUntilDone(ctx context.Context) {
+	delay := 50 * time.Millisecond
+	failures := 0
+	for {
+		code, running, err := p.inspect(ctx)
+		switch {
+		case err == nil && !running:
+			p.finish(code, nil)
+			return
+		case err == nil:
+			failures = 0
+		case ctx.Err() != nil:
+		case isGone(err):
+			p.finish(-1, fmt.Errorf("docker: exec %s: %w", p.execID[:12], err))
+			return
+		default:
+			// The daemon is away; give it about half a minute to come back.
+			if failures++; failures >= 30 {
+				p.finish(-1, fmt.Errorf("docker: exec %s: exit status unknown: %w", p.execID[:12], err))
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			p.finalize()
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+func (p *process) inspect(ctx context.Context) (code int, running bool, err error) {
+	r, err := p.cli.ExecInspect(ctx, p.execID, client.ExecInspectOptions{})
+	if err != nil {
+		return 0, false, err
+	}
+	return r.ExitCode, r.Running, nil
+}
+
+// stdin writes to the attached stream; Close half-closes it (EOF).
+type stdin struct {
+	p  *process
+	mu sync.Mutex
+}
+
+func (s *stdin) Write(b []byte) (int, error) {
+	return s.p.conn.Conn.Write(b)
+}
+
+func (s *stdin) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p.conn.CloseWrite()
+}
