@@ -1,0 +1,389 @@
+// Package sshenv starts a private OpenSSH sshd on 127.0.0.1 for tests: a free
+// port, a throwaway host key, a throwaway user key authorized for the current
+// user, and a temporary HOME (with an empty ~/.ssh) for the client side, so
+// tests never touch the real ~/.ssh or the system sshd.
+//
+// When /usr/sbin/sshd is missing, Start skips the test, or fails it when the
+// CI environment variable is set (run scripts/ensure-sshd.sh to install it).
+package sshenv
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// SSHDPath is the sshd binary the package runs.
+const SSHDPath = "/usr/sbin/sshd"
+
+// Server is a running private sshd.
+type Server struct {
+	Host    string          // "127.0.0.1"
+	Port    int             // the port sshd listens on
+	User    string          // the current user, authorized with the user key
+	KeyPath string          // the user's private key (OpenSSH format, no passphrase), outside Home
+	Signer  gossh.Signer    // the user key
+	HostKey gossh.PublicKey // the server's current host key
+	Home    string          // a temporary HOME for the client, with an empty .ssh (0700)
+	Dir     string          // the server's private directory (config, keys, pid file)
+
+	hostKeyPath string
+	configPath  string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	log *syncBuffer
+	// exited is closed when the current sshd process has been reaped.
+	exited chan struct{}
+}
+
+// Available reports why sshd cannot be used here, or nil.
+func Available() error {
+	if _, err := os.Stat(SSHDPath); err != nil {
+		return fmt.Errorf("%s not found (run scripts/ensure-sshd.sh): %w", SSHDPath, err)
+	}
+	return nil
+}
+
+// Start starts sshd and stops it (and every process it started that is still
+// in its process tree) in t.Cleanup.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	if err := Available(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("sshenv: %v", err)
+		}
+		t.Skipf("sshenv: %v", err)
+	}
+	u, err := user.Current()
+	if err != nil {
+		t.Fatalf("sshenv: current user: %v", err)
+	}
+	dir := t.TempDir()
+	s := &Server{
+		Host:        "127.0.0.1",
+		User:        u.Username,
+		Dir:         dir,
+		Home:        filepath.Join(dir, "home"),
+		KeyPath:     filepath.Join(dir, "user_ed25519"),
+		hostKeyPath: filepath.Join(dir, "host_ed25519"),
+		configPath:  filepath.Join(dir, "sshd_config"),
+		log:         &syncBuffer{},
+	}
+	if err := os.MkdirAll(filepath.Join(s.Home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	signer, err := writeKey(s.KeyPath)
+	if err != nil {
+		t.Fatalf("sshenv: user key: %v", err)
+	}
+	s.Signer = signer
+	if err := os.WriteFile(filepath.Join(dir, "authorized_keys"), gossh.MarshalAuthorizedKey(signer.PublicKey()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.newHostKey(); err != nil {
+		t.Fatalf("sshenv: host key: %v", err)
+	}
+	// sshd refuses to start without its privilege separation directory.
+	_ = os.MkdirAll("/run/sshd", 0o755)
+
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("sshenv: free port: %v", err)
+		}
+		s.Port = port
+		if lastErr = s.start(); lastErr == nil {
+			break
+		}
+	}
+	if lastErr != nil {
+		t.Fatalf("sshenv: start sshd: %v\n%s", lastErr, s.log.String())
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			t.Logf("sshd log:\n%s", s.Log())
+		}
+	})
+	return s
+}
+
+// Addr returns "127.0.0.1:port".
+func (s *Server) Addr() string { return net.JoinHostPort(s.Host, strconv.Itoa(s.Port)) }
+
+// Log returns what sshd has logged so far (-e, LogLevel VERBOSE).
+func (s *Server) Log() string { return s.log.String() }
+
+// AuthorizeKey adds a public key to the server's authorized_keys.
+func (s *Server) AuthorizeKey(pub gossh.PublicKey) error {
+	f, err := os.OpenFile(filepath.Join(s.Dir, "authorized_keys"), os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.Write(gossh.MarshalAuthorizedKey(pub))
+	return err
+}
+
+// Restart stops sshd (dropping every connection) and starts it again on the
+// same port with the same host key.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop()
+	if err := s.start(); err != nil {
+		t.Fatalf("sshenv: restart sshd: %v\n%s", err, s.Log())
+	}
+}
+
+// RestartWithNewHostKey restarts sshd on the same port with a freshly
+// generated host key (of the same type), as after a re-key or a MITM.
+func (s *Server) RestartWithNewHostKey(t testing.TB) {
+	t.Helper()
+	s.Stop()
+	if err := s.newHostKey(); err != nil {
+		t.Fatalf("sshenv: new host key: %v", err)
+	}
+	if err := s.start(); err != nil {
+		t.Fatalf("sshenv: restart sshd: %v\n%s", err, s.Log())
+	}
+}
+
+// DropConnections kills (SIGKILL) every process below the listening sshd:
+// the per-connection sshd processes and the sessions they run. Clients see
+// their connections cut while the server keeps accepting new ones.
+func (s *Server) DropConnections(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		t.Fatal("sshenv: DropConnections: sshd is not running")
+	}
+	for _, pid := range descendants(cmd.Process.Pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// FreezeConnections stops (SIGSTOP) every process below the listening sshd,
+// so established connections go silent as on a dead link; thaw resumes them.
+func (s *Server) FreezeConnections(t testing.TB) (thaw func()) {
+	t.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		t.Fatal("sshenv: FreezeConnections: sshd is not running")
+	}
+	pids := descendants(cmd.Process.Pid)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	return func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+}
+
+// Stop kills sshd and every process still in its tree. It is idempotent.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	// Freeze the listener first so it forks nothing new, then kill the tree.
+	_ = cmd.Process.Signal(syscall.SIGSTOP)
+	for _, pid := range descendants(cmd.Process.Pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+func (s *Server) newHostKey() error {
+	signer, err := writeKey(s.hostKeyPath)
+	if err != nil {
+		return err
+	}
+	s.HostKey = signer.PublicKey()
+	return nil
+}
+
+func (s *Server) writeConfig() error {
+	cfg := strings.Join([]string{
+		"ListenAddress " + s.Addr(),
+		"HostKey " + s.hostKeyPath,
+		"AuthorizedKeysFile " + filepath.Join(s.Dir, "authorized_keys"),
+		"PidFile " + filepath.Join(s.Dir, "sshd.pid"),
+		"StrictModes no",
+		"PubkeyAuthentication yes",
+		"PasswordAuthentication no",
+		"KbdInteractiveAuthentication no",
+		"PermitRootLogin prohibit-password",
+		"UsePAM no",
+		"PrintMotd no",
+		"PrintLastLog no",
+		"MaxStartups 100",
+		"LogLevel VERBOSE",
+		"Subsystem sftp internal-sftp",
+		// Bash sources ~/.bashrc for commands run by sshd when it is a
+		// top-level shell (SHLVL < 2 after its increment). The test user's
+		// real dotfiles (here root's) must neither slow sessions down nor
+		// print into their output, so sessions start one level deeper.
+		"SetEnv SHLVL=1",
+		"",
+	}, "\n")
+	return os.WriteFile(s.configPath, []byte(cfg), 0o600)
+}
+
+// start runs sshd on s.Port and waits until it answers with an SSH banner.
+func (s *Server) start() error {
+	if err := s.writeConfig(); err != nil {
+		return err
+	}
+	cmd := exec.Command(SSHDPath, "-D", "-e", "-f", s.configPath)
+	cmd.Stdout = s.log
+	cmd.Stderr = s.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-exited:
+			return fmt.Errorf("sshd exited during start: %s", cmd.ProcessState)
+		default:
+		}
+		if bannerOK(s.Addr()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("sshd did not accept connections on %s within 10s", s.Addr())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+	return nil
+}
+
+// bannerOK reports whether something at addr speaks SSH.
+func bannerOK(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.HasPrefix(line, "SSH-")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// writeKey generates an ed25519 key and writes it in OpenSSH format (0600).
+func writeKey(path string) (gossh.Signer, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	block, err := gossh.MarshalPrivateKey(priv, "berth test key")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+		return nil, err
+	}
+	return gossh.NewSignerFromKey(priv)
+}
+
+// descendants returns every process below pid, deepest first, from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The command name (field 2) is in parentheses and may hold spaces.
+		i := bytes.LastIndexByte(data, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		children[ppid] = append(children[ppid], p)
+	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			walk(c)
+			out = append(out, c)
+		}
+	}
+	walk(pid)
+	return out
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
