@@ -18,7 +18,9 @@ import (
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/manager"
 
+	_ "github.com/a55dbaac/berth/backend/docker"
 	_ "github.com/a55dbaac/berth/backend/local"
+	_ "github.com/a55dbaac/berth/backend/ssh"
 )
 
 // exitError carries a process exit status up to main without printing.
@@ -118,7 +120,7 @@ overridden by TERMINAL_* variables and then by flags.`,
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log diagnostics to stderr")
-	root.AddCommand(newExecCmd(), newShellCmd(), newDoctorCmd(), newConfigCmd(), newBenchCmd())
+	root.AddCommand(newExecCmd(), newShellCmd(), newDoctorCmd(), newConfigCmd(), newBenchCmd(), newEnvCmd())
 	return root
 }
 

@@ -1,0 +1,27 @@
+# berth — build and test.
+#
+#   make test   installs what the tests need (Debian: docker.io + a running
+#               dockerd, openssh-server, busybox-static), then runs gofmt,
+#               go vet and every test with the race detector.
+
+GO ?= go
+
+.PHONY: test deps check build bench
+
+test: deps check
+	$(GO) test -race -count=1 -timeout 40m ./...
+
+deps:
+	bash scripts/ensure-docker.sh
+	bash scripts/ensure-sshd.sh
+
+check:
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+build:
+	$(GO) build -o berth ./cmd/berth
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./bench/
+	$(GO) run ./cmd/berth bench

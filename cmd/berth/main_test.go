@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+var berthBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "berth-bin-")
+	if err != nil {
+		panic(err)
+	}
+	berthBin = filepath.Join(dir, "berth")
+	build := exec.Command("go", "build", "-o", berthBin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		panic("build berth: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// berth runs the built binary with a private BERTH_HOME and no config.
+func berth(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int, st *os.ProcessState) {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.Command(berthBin, args...)
+	cmd.Env = append(os.Environ(), "BERTH_HOME="+home, "BERTH_CONFIG=", "TERMINAL_ENV=")
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("run berth %v: %v", args, err)
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode(), cmd.ProcessState
+}
+
+func TestShellJSONExample(t *testing.T) {
+	out, errs, code, _ := berth(t, "cd /tmp\nexport A=1\necho $A; pwd\n", "shell", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want 3 JSON lines, got %d: %q", len(lines), out)
+	}
+	var last map[string]any
+	if err := json.Unmarshal([]byte(lines[2]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if last["output"] != "1\n/tmp" || last["exit_code"] != 0.0 || last["error"] != nil {
+		t.Fatalf("last result %v, want output \"1\\n/tmp\", exit 0, error null", last)
+	}
+	if !strings.Contains(lines[2], `"output":"1\n/tmp"`) {
+		t.Fatalf("raw JSON line %s does not carry the output as \"1\\n/tmp\"", lines[2])
+	}
+}
+
+func TestExecExitCodeAndOutput(t *testing.T) {
+	out, _, code, _ := berth(t, "", "exec", "--", "echo hello; exit 7")
+	if out != "hello\n" || code != 7 {
+		t.Fatalf("got %q exit %d, want \"hello\\n\" exit 7", out, code)
+	}
+	out, _, code, _ = berth(t, "", "exec", "--json", "--", "echo", "a", "b")
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r["output"] != "a b" || code != 0 {
+		t.Fatalf("--json: %q exit %d (%v)", out, code, err)
+	}
+}
+
+func TestExecTimeoutLeavesNothing(t *testing.T) {
+	start := time.Now()
+	out, _, code, _ := berth(t, "", "exec", "--timeout", "2", "--", "sleep 1234 & sleep 1234")
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v, want under 5 s", d)
+	}
+	if code != 124 || !strings.Contains(out, "[Command timed out after 2s]") {
+		t.Fatalf("got %q exit %d, want the timeout marker and 124", out, code)
+	}
+	if n := countHostProcs("sleep\x001234"); n != 0 {
+		t.Fatalf("%d 'sleep 1234' processes left running", n)
+	}
+}
+
+// countHostProcs counts live processes whose raw cmdline contains needle.
+func countHostProcs(needle string) int {
+	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	n := 0
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(b, []byte(needle)) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestExecHugeOutputBoundedMemory(t *testing.T) {
+	out, errs, code, st := berth(t, "", "exec", "--json", "--", `head -c 200000000 /dev/zero | tr "\0" a`)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var r struct {
+		Output         string `json:"output"`
+		Total          int    `json:"output_total_chars"`
+		FullOutputPath string `json:"full_output_path"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if n := utf8.RuneCountInString(r.Output); n > 50000 || n < 49000 {
+		t.Errorf("output is %d chars, want just under 50 000", n)
+	}
+	if !strings.Contains(r.Output, "... [OUTPUT TRUNCATED - 199,950,") || !strings.Contains(r.Output, "out of 200,000,000 total] ...") {
+		t.Errorf("notice missing or wrong")
+	}
+	if r.Total != 200000000 {
+		t.Errorf("output_total_chars %d", r.Total)
+	}
+	if fi, err := os.Stat(r.FullOutputPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("spill file %q: %v", r.FullOutputPath, err)
+	}
+	maxRSS := st.SysUsage().(*syscall.Rusage).Maxrss // KiB on Linux
+	if maxRSS > 100*1024 {
+		t.Errorf("berth peak RSS %d KiB, want under 100 MiB", maxRSS)
+	}
+}
+
+func TestUnknownBackendIsAnErrorNotAFallback(t *testing.T) {
+	out, errs, code, _ := berth(t, "", "exec", "--backend", "dokcer", "--", "echo ran")
+	if code != 125 || strings.Contains(out, "ran") || !strings.Contains(errs, "dokcer") {
+		t.Fatalf("got out %q err %q exit %d, want exit 125 naming the bad backend and nothing run", out, errs, code)
+	}
+}
+
+func TestConfigSetGetPath(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	os.WriteFile(cfg, []byte("# mine\nmodel: x\nterminal:\n  backend: local # keep\n  timeout: 60\n"), 0o644)
+	_, errs, code, _ := berth(t, "", "config", "--config", cfg, "set", "terminal.timeout", "30")
+	if code != 0 {
+		t.Fatalf("set: exit %d %s", code, errs)
+	}
+	b, _ := os.ReadFile(cfg)
+	if string(b) != "# mine\nmodel: x\nterminal:\n  backend: local # keep\n  timeout: 30\n" {
+		t.Fatalf("file after set:\n%s", b)
+	}
+	out, _, _, _ := berth(t, "", "config", "--config", cfg, "get", "timeout")
+	if out != "30\n" {
+		t.Fatalf("get: %q", out)
+	}
+	out, _, _, _ = berth(t, "", "config", "--config", cfg, "path")
+	if out != cfg+"\n" {
+		t.Fatalf("path: %q", out)
+	}
+	_, errs, code, _ = berth(t, "", "config", "--config", cfg, "set", "timeout", "soon")
+	if code == 0 || !strings.Contains(errs, "soon") {
+		t.Fatalf("bad value accepted: exit %d %q", code, errs)
+	}
+}
+
+func TestHelpHasExamples(t *testing.T) {
+	for _, c := range [][]string{{"--help"}, {"exec", "--help"}, {"shell", "--help"}, {"doctor", "--help"}, {"config", "--help"}, {"bench", "--help"}, {"config", "set", "--help"}} {
+		out, _, code, _ := berth(t, "", c...)
+		if code != 0 || !strings.Contains(out, "Examples:") {
+			t.Errorf("berth %v: exit %d, no Examples section", c, code)
+		}
+	}
+}
+
+func TestDoctorLocal(t *testing.T) {
+	out, _, code, _ := berth(t, "", "doctor", "--backend", "local")
+	if code != 0 || !strings.Contains(out, "✓ local") {
+		t.Fatalf("doctor: exit %d\n%s", code, out)
+	}
+}
