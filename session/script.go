@@ -105,9 +105,6 @@ members() {
   done
   echo $alive
 }
-t=$(members)
-[ -n "$t" ] && kill -s TERM $t 2>/dev/null
-i=0
 live() {
   for c in $t; do
     IFS= read -r l 2>/dev/null <"/proc/$c/stat" || continue
@@ -116,11 +113,20 @@ live() {
   done
   return 1
 }
-while [ $i -lt $g ] && live; do
-  sleep 0.1 2>/dev/null || sleep 1
-  i=$((i+1))
-done
+# Rescan after every round: a child forked after a scan escapes it.
+round=0
 t=$(members)
+while [ -n "$t" ] && [ $round -lt 5 ]; do
+  kill -s TERM $t 2>/dev/null
+  i=0
+  while [ $i -lt $g ] && live; do
+    sleep 0.1 2>/dev/null || sleep 1
+    i=$((i+1))
+  done
+  live && kill -s KILL $t 2>/dev/null
+  t=$(members)
+  round=$((round+1))
+done
 [ -n "$t" ] && kill -s KILL $t 2>/dev/null
 exit 0
 `

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -124,9 +125,33 @@ overridden by TERMINAL_* variables and then by flags.`,
 	return root
 }
 
+// interrupts receives SIGINT while a command has claimed it (the
+// interactive shell, to interrupt the running command); otherwise SIGINT
+// cancels the command's context like SIGTERM does.
+var (
+	interruptsClaimed atomic.Bool
+	interrupts        = make(chan os.Signal, 1)
+)
+
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sigint := make(chan os.Signal, 1)
+	signal.Notify(sigint, os.Interrupt)
+	go func() {
+		for range sigint {
+			if interruptsClaimed.Load() {
+				select {
+				case interrupts <- os.Interrupt:
+				default:
+				}
+				continue
+			}
+			cancel()
+		}
+	}()
 	err := newRoot().ExecuteContext(ctx)
 	var ee exitError
 	switch {

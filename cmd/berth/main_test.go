@@ -188,3 +188,54 @@ func TestDoctorLocal(t *testing.T) {
 		t.Fatalf("doctor: exit %d\n%s", code, out)
 	}
 }
+
+func TestShellBackgroundMetaAndNoOrphansOnExit(t *testing.T) {
+	out, errs, code, _ := berth(t, ":bg sleep 1236\n:bg echo hi\n:ps\n", "shell", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], `"session_id":"proc_`) || !strings.Contains(lines[2], `"command":"sleep 1236"`) {
+		t.Fatalf("meta commands: %q", out)
+	}
+	if n := countHostProcs("sleep\x001236"); n != 0 {
+		t.Fatalf("%d background 'sleep 1236' left running after berth shell ended", n)
+	}
+}
+
+func TestShellSIGTERMCleansUp(t *testing.T) {
+	cmd := exec.Command(berthBin, "shell", "--json")
+	cmd.Env = append(os.Environ(), "BERTH_HOME="+t.TempDir(), "BERTH_CONFIG=", "TERMINAL_ENV=")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Write([]byte(":bg sleep 1237\n"))
+	buf := make([]byte, 4096)
+	if n, err := stdout.Read(buf); err != nil || !strings.Contains(string(buf[:n]), "proc_") {
+		t.Fatalf("background start: %q %v", buf[:n], err)
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("berth shell did not exit within 20 s of SIGTERM")
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("shutdown took %v, want under 15 s", d)
+	}
+	if n := countHostProcs("sleep\x001237"); n != 0 {
+		t.Fatalf("%d 'sleep 1237' left running after SIGTERM", n)
+	}
+}

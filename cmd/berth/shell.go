@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/a55dbaac/berth/manager"
+	"github.com/a55dbaac/berth/process"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -25,10 +26,19 @@ func newShellCmd() *cobra.Command {
 interactive prompt (Ctrl-C interrupts the running command, Ctrl-D ends the
 session). With stdin not a terminal it reads one command per line and runs
 them in order in the same session; --json prints one result object per line
-(JSON Lines).`,
+(JSON Lines).
+
+Background processes (the agent's process tool) are reached with lines that
+start with a colon:
+  :bg COMMAND          start COMMAND in the background (:bgpty with a terminal)
+  :ps                  list background processes
+  :poll ID | :log ID | :wait ID [SECONDS] | :kill ID
+  :write ID DATA | :submit ID DATA | :close ID
+IDs may be any unique prefix of 4 or more characters.`,
 		Example: `  berth shell
   printf 'cd /tmp\nexport A=1\necho $A; pwd\n' | berth shell --json
-  berth shell --backend ssh --task gpu < script.txt`,
+  berth shell --backend ssh --task gpu < script.txt
+  printf ':bg sleep 2; echo done\n:ps\n' | berth shell --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := c.load()
@@ -37,6 +47,7 @@ them in order in the same session; --json prints one result object per line
 			}
 			interactive := isTerminal(os.Stdin)
 			return withManager(cmd.Context(), cfg, func(ctx context.Context, m *manager.Manager) error {
+				m.StartSweeper(ctx)
 				if interactive {
 					return interactiveShell(ctx, m, &c)
 				}
@@ -53,20 +64,48 @@ func isTerminal(f *os.File) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// readLines delivers input lines on a channel so callers can stop waiting
+// for input when berth is told to shut down.
+func readLines(in io.Reader) (<-chan string, <-chan error) {
+	lines := make(chan string)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		errc <- sc.Err()
+	}()
+	return lines, errc
+}
+
 // batchShell runs one command per input line in one session.
 func batchShell(ctx context.Context, m *manager.Manager, c *common, in io.Reader, out io.Writer) error {
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	lines, errc := readLines(in)
 	enc := json.NewEncoder(out)
 	enc.SetEscapeHTML(false)
 	last := 0
-	for sc.Scan() {
-		line := sc.Text()
+	for {
+		var line string
+		var ok bool
+		select {
+		case line, ok = <-lines:
+		case <-ctx.Done():
+			return exitError{130}
+		}
+		if !ok {
+			break
+		}
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if meta, ok := metaCommand(ctx, m, c, line); ok {
+			if err := printMeta(out, meta, c.jsonOut); err != nil {
+				return err
+			}
+			continue
 		}
 		res := m.Run(ctx, c.task, terminal.Request{Command: line, Timeout: c.timeout, Workdir: c.workdir})
 		if c.jsonOut {
@@ -85,8 +124,11 @@ func batchShell(ctx context.Context, m *manager.Manager, c *common, in io.Reader
 		if res.Error != nil {
 			last = errorStatus
 		}
+		if ctx.Err() != nil {
+			return exitError{130}
+		}
 	}
-	if err := sc.Err(); err != nil {
+	if err := <-errc; err != nil {
 		return fmt.Errorf("read commands: %w", err)
 	}
 	if last != 0 {
@@ -95,9 +137,8 @@ func batchShell(ctx context.Context, m *manager.Manager, c *common, in io.Reader
 	return nil
 }
 
-// interactiveShell is a prompt loop; Ctrl-C interrupts the running command
-// instead of ending berth (the parent context, cancelled by the first
-// signal, is deliberately not consulted).
+// interactiveShell is a prompt loop. Ctrl-C interrupts the running command
+// instead of ending berth; Ctrl-D, SIGTERM or SIGHUP end the session.
 func interactiveShell(parent context.Context, m *manager.Manager, c *common) error {
 	cfg := m.Config()
 	env, err := m.Env(parent, c.task)
@@ -105,31 +146,43 @@ func interactiveShell(parent context.Context, m *manager.Manager, c *common) err
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "berth %s (task %s). Ctrl-D to leave.\n", cfg.Terminal.Backend, c.task)
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt)
-	defer signal.Stop(sigs)
-	in := bufio.NewReader(os.Stdin)
+	interruptsClaimed.Store(true)
+	defer interruptsClaimed.Store(false)
+	lines, _ := readLines(os.Stdin)
 	for {
-		cwd := env.Session().Cwd()
-		fmt.Fprintf(os.Stderr, "berth %s:%s$ ", cfg.Terminal.Backend, cwd)
-		line, err := in.ReadString('\n')
-		if err != nil {
+		fmt.Fprintf(os.Stderr, "berth %s:%s$ ", cfg.Terminal.Backend, env.Session().Cwd())
+		var line string
+		var ok bool
+		select {
+		case line, ok = <-lines:
+		case <-interrupts:
+			fmt.Fprintln(os.Stderr)
+			continue
+		case <-parent.Done():
+			fmt.Fprintln(os.Stderr)
+			return nil
+		}
+		if !ok {
 			fmt.Fprintln(os.Stderr)
 			return nil
 		}
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		ctx, cancel := context.WithCancel(context.Background())
+		if meta, ok := metaCommand(parent, m, c, line); ok {
+			printMeta(os.Stdout, meta, false)
+			continue
+		}
+		ctx, cancel := context.WithCancel(parent)
 		done := make(chan struct{})
 		go func() {
 			select {
-			case <-sigs:
+			case <-interrupts:
 				cancel()
 			case <-done:
 			}
 		}()
-		res := m.Run(ctx, c.task, terminal.Request{Command: strings.TrimRight(line, "\n"), Timeout: c.timeout, Workdir: c.workdir})
+		res := m.Run(ctx, c.task, terminal.Request{Command: line, Timeout: c.timeout, Workdir: c.workdir})
 		close(done)
 		cancel()
 		if res.Output != "" {
@@ -144,5 +197,43 @@ func interactiveShell(parent context.Context, m *manager.Manager, c *common) err
 			}
 			fmt.Fprintln(os.Stderr, "]")
 		}
+		if parent.Err() != nil {
+			return nil
+		}
 	}
+}
+
+// metaCommand runs a ":verb ..." line against the process tool. It reports
+// false for lines that are ordinary shell commands.
+func metaCommand(ctx context.Context, m *manager.Manager, c *common, line string) (any, bool) {
+	if !strings.HasPrefix(line, ":") {
+		return nil, false
+	}
+	verb, rest, _ := strings.Cut(strings.TrimSpace(line[1:]), " ")
+	rest = strings.TrimSpace(rest)
+	switch verb {
+	case "bg", "bgpty":
+		return m.Background(ctx, c.task, terminal.Request{Command: rest, Workdir: c.workdir, PTY: verb == "bgpty"}), true
+	case "ps":
+		return m.Process(ctx, "", process.Request{Action: "list"}), true
+	case "poll", "log", "kill", "close":
+		return m.Process(ctx, c.task, process.Request{Action: verb, SessionID: rest}), true
+	case "wait":
+		id, secs, _ := strings.Cut(rest, " ")
+		n, _ := strconv.Atoi(strings.TrimSpace(secs))
+		return m.Process(ctx, c.task, process.Request{Action: "wait", SessionID: id, Timeout: n}), true
+	case "write", "submit":
+		id, data, _ := strings.Cut(rest, " ")
+		return m.Process(ctx, c.task, process.Request{Action: verb, SessionID: id, Data: data}), true
+	}
+	return nil, false
+}
+
+func printMeta(out io.Writer, v any, asJSON bool) error {
+	enc := json.NewEncoder(out)
+	enc.SetEscapeHTML(false)
+	if !asJSON {
+		enc.SetIndent("", "  ")
+	}
+	return enc.Encode(v)
 }
