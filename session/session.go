@@ -341,7 +341,7 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 		select {
 		case chunk, ok := <-sh.chunks:
 			if !ok {
-				return s.shellEnded(sh, fr, out), nil
+				return s.shellEnded(sh, fr, out)
 			}
 			if fr.feed(chunk, out) {
 				code, _ := strconv.Atoi(fr.got[0])
@@ -353,7 +353,7 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 				return Result{ExitCode: code, Cwd: s.cwd}, nil
 			}
 		case <-sh.done:
-			return s.shellEnded(sh, fr, out), nil
+			return s.shellEnded(sh, fr, out)
 		case err := <-werr:
 			if err != nil {
 				s.log.Debug("session: write command", "backend", s.be.Name(), "err", err)
@@ -388,18 +388,19 @@ func (s *Session) keepSnapshot(snap string) {
 const drainWindow = 200 * time.Millisecond
 
 // shellEnded finishes a command whose shell exited (exit N, exec, set -e,
-// a fatal signal).
-func (s *Session) shellEnded(sh *shell, fr *framer, out io.Writer) Result {
+// a fatal signal). When the backend cannot tell how the shell ended (the
+// connection to it was lost), the command's fate is unknown: that is an
+// error, and the next command starts a fresh shell with state restored.
+func (s *Session) shellEnded(sh *shell, fr *framer, out io.Writer) (Result, error) {
 	<-sh.done
 	s.drain(sh, fr, out)
 	s.release(sh)
 	s.sh = nil
-	code := sh.code
 	if sh.err != nil {
-		s.log.Warn("session: exit status of shell unknown", "backend", s.be.Name(), "err", sh.err)
-		code = 255
+		return Result{ExitCode: -1, Cwd: s.cwd, ShellExited: true},
+			fmt.Errorf("session: lost the shell on %s while the command ran (its outcome is unknown; the next command starts a new shell with cwd and exported variables restored): %w", s.be.Name(), sh.err)
 	}
-	return Result{ExitCode: code, Cwd: s.cwd, ShellExited: true}
+	return Result{ExitCode: sh.code, Cwd: s.cwd, ShellExited: true}, nil
 }
 
 // drain copies what is left of the output after the shell exited, for at
