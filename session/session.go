@@ -442,28 +442,18 @@ func (s *Session) stop(sh *shell, fr *framer, out io.Writer) {
 }
 
 // killTree runs the kill script in the environment against the shell's
-// process tree and waits for it.
+// process tree and waits for it; without a known pid only the client side
+// can be dropped.
 func (s *Session) killTree(ctx context.Context, sh *shell) {
-	if sh.pid == "" {
+	pid, _ := strconv.Atoi(sh.pid)
+	if pid <= 0 {
 		s.killClient(sh)
 		return
 	}
-	p, err := s.be.Start(ctx, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", killScript, "berth-kill", sh.pid, graceTenths(s.opts.Grace.Seconds())}})
-	if err != nil {
-		s.log.Warn("session: start kill helper", "backend", s.be.Name(), "err", err)
+	if err := s.KillTree(ctx, pid); err != nil {
+		s.log.Warn("session: kill shell tree", "backend", s.be.Name(), "err", err)
 		s.killClient(sh)
-		return
 	}
-	p.Stdin().Close()
-	go io.Copy(io.Discard, p.Stdout())
-	waited := make(chan struct{})
-	go func() { p.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		s.log.Warn("session: kill helper did not finish", "backend", s.be.Name())
-	}
-	p.Close()
 }
 
 // killClient drops the client side of a shell whose pid is unknown.
