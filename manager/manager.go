@@ -141,6 +141,7 @@ func (m *Manager) create(ctx context.Context, key string) (*terminal.Env, error)
 		DefaultTimeout: time.Duration(t.Timeout) * time.Second,
 		MaxOutputChars: m.cfg.MaxOutputChars,
 		SpillDir:       filepath.Join(m.cfg.Home, "spill"),
+		FreshShell:     !t.PersistentShell,
 		Session: session.Options{
 			Cwd:    cwd,
 			Grace:  time.Duration(t.DaemonTermGraceSeconds * float64(time.Second)),

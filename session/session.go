@@ -152,6 +152,22 @@ func (s *Session) Starts() int {
 	return s.starts
 }
 
+// Reset stops the shell and forgets its state, so the next command starts
+// a fresh shell in the configured cwd with no carried variables (what
+// persistent_shell: false asks for).
+func (s *Session) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sh != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Grace+5*time.Second)
+		s.killTree(ctx, s.sh)
+		cancel()
+		s.release(s.sh)
+		s.sh = nil
+	}
+	s.starts, s.exports, s.names, s.cwd = 0, "", nil, ""
+}
+
 // Close stops the shell (killing what it runs) and releases it.
 func (s *Session) Close() error {
 	s.mu.Lock()

@@ -58,6 +58,9 @@ type Options struct {
 	SpillDir string
 	// Session configures the persistent shell.
 	Session session.Options
+	// FreshShell runs every command in a new shell with no state carried
+	// over (terminal.persistent_shell: false).
+	FreshShell bool
 }
 
 // Env is one environment: a backend, its persistent session, and the tool
@@ -182,6 +185,9 @@ func (e *Env) Run(ctx context.Context, req Request) Result {
 		sreq.Stdin = []byte(*req.StdinData)
 	}
 	res, err := e.sess.Run(ctx, sreq, capture)
+	if e.opts.FreshShell {
+		defer e.sess.Reset()
+	}
 	if err != nil {
 		capture.Finish("")
 		return errorResult(err)
