@@ -1,0 +1,345 @@
+// Package files implements the file tools of the agent contract —
+// read_file, write_file, patch and search_files — on top of any backend.
+//
+// Every function takes a *terminal.Env and works inside that environment:
+// on a container or a remote host the file is read and written there, not on
+// the machine running berth. Relative paths resolve against the session's
+// current directory and "~" against the environment's $HOME.
+//
+// How the bytes travel depends on what the backend offers:
+//
+//   - The local backend (or any backend implementing NativeFS) is this
+//     machine's filesystem: files are read and written with the os package,
+//     no shell involved.
+//   - Every other backend goes through the environment's persistent shell:
+//     a read is one shell command that prints a small header followed by the
+//     requested slice (one round trip). File content is never put in a
+//     command line: small writes travel on the session's stdin; large ones on
+//     the raw stdin of a helper process started through the backend (the
+//     session delivers its stdin through printf escapes, which bash reads
+//     byte by byte — about 1.6 s per MiB); backends implementing FileWriter
+//     receive the bytes through their own file API.
+//
+// Writes are atomic (a temporary file in the same directory, then a rename),
+// keep the mode of the file they replace and create missing parent
+// directories.
+package files
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/backend/local"
+	"github.com/a55dbaac/berth/session"
+	"github.com/a55dbaac/berth/terminal"
+)
+
+// Limits of the file tools.
+const (
+	// DefaultReadLimit is how many lines Read returns when no limit is given;
+	// it is also the largest limit accepted.
+	DefaultReadLimit = 2000
+	// MaxLineChars is where Read cuts a long line.
+	MaxLineChars = 2000
+	// MaxWriteBytes is the largest content Write accepts (and the largest
+	// file Patch edits).
+	MaxWriteBytes = 50 << 20
+	// DefaultSearchLimit is how many results Search returns by default.
+	DefaultSearchLimit = 50
+	// sampleBytes is how much of a file's start decides whether it is text.
+	sampleBytes = 8192
+)
+
+// opTimeout bounds one file operation inside the environment when the
+// caller's context has no deadline.
+const opTimeout = 180 * time.Second
+
+// NativeFS is an optional backend capability: a backend whose environment is
+// this machine's own filesystem, with the same user, returns true and the
+// file tools use the os package directly instead of the shell. The local
+// backend is recognised without it.
+type NativeFS interface {
+	NativeFS() bool
+}
+
+// FileWriter is an optional backend capability for moving file content
+// without the shell: a backend with a file API (Docker's archive endpoint,
+// SFTP, a provider's upload call) implements it and Write uses it for the
+// bytes, while the shell still creates parent directories, copies the old
+// file's mode and renames the temporary file into place.
+type FileWriter interface {
+	// WriteFile creates the file at the absolute path name inside the
+	// environment (its parent exists, the file does not) with permission
+	// bits perm before the umask, and fills it with size bytes read from r.
+	WriteFile(ctx context.Context, name string, r io.Reader, size int64, perm os.FileMode) error
+}
+
+// native reports whether env's backend is this machine's filesystem.
+func native(env *terminal.Env) bool {
+	be := env.Backend()
+	if n, ok := be.(NativeFS); ok {
+		return n.NativeFS()
+	}
+	_, ok := be.(*local.Local)
+	return ok
+}
+
+// target is a path inside the environment: either absolute, or relative to
+// the environment's $HOME (from "~" or "~/...").
+type target struct {
+	home bool   // relative to $HOME
+	rel  string // home: the part after "~/" ("" for ~ itself); else an absolute, clean path
+}
+
+// resolve turns a tool's path argument into a target, relative paths being
+// taken from the session's current directory.
+func resolve(ctx context.Context, env *terminal.Env, p string) (target, error) {
+	if p == "" {
+		return target{}, errors.New("path is empty")
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return target{}, fmt.Errorf("path %q contains a NUL byte", p)
+	}
+	if p == "~" {
+		return target{home: true}, nil
+	}
+	if strings.HasPrefix(p, "~/") {
+		rel := strings.TrimPrefix(path.Clean("/"+p[2:]), "/")
+		return target{home: true, rel: rel}, nil
+	}
+	if !path.IsAbs(p) {
+		if err := env.Session().Start(ctx); err != nil {
+			return target{}, fmt.Errorf("start session to resolve %q: %w", p, err)
+		}
+		cwd := env.Session().Cwd()
+		switch {
+		case cwd == "":
+			return target{}, fmt.Errorf("path %q is relative and the session's directory is unknown; give an absolute path", p)
+		case strings.HasPrefix(cwd, "~"):
+			return resolve(ctx, env, cwd+"/"+p)
+		}
+		p = path.Join(cwd, p)
+	}
+	return target{rel: path.Clean(p)}, nil
+}
+
+// String is the path as shown to the model.
+func (t target) String() string {
+	if t.home {
+		if t.rel == "" {
+			return "~"
+		}
+		return "~/" + t.rel
+	}
+	return t.rel
+}
+
+// word is the path as one shell word.
+func (t target) word() string {
+	if t.home {
+		if t.rel == "" {
+			return `"$HOME"`
+		}
+		return `"$HOME"/` + sq(t.rel)
+	}
+	return sq(t.rel)
+}
+
+// dir is the parent directory.
+func (t target) dir() target {
+	if t.home {
+		if !strings.Contains(t.rel, "/") {
+			return target{home: true}
+		}
+		return target{home: true, rel: path.Dir(t.rel)}
+	}
+	return target{rel: path.Dir(t.rel)}
+}
+
+// base is the last element.
+func (t target) base() string {
+	if t.home && t.rel == "" {
+		return "~"
+	}
+	return path.Base(t.rel)
+}
+
+// isRoot reports whether the target is "/" or "~": it has no parent to
+// write a temporary file into.
+func (t target) isRoot() bool {
+	return t.rel == "/" || t.home && t.rel == ""
+}
+
+// hostPath is the path on this machine, for the native fast path.
+func (t target) hostPath() (string, error) {
+	if !t.home {
+		return filepath.FromSlash(t.rel), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("expand ~: %w", err)
+	}
+	return filepath.Join(home, filepath.FromSlash(t.rel)), nil
+}
+
+// sq quotes s as a single shell word.
+func sq(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// newTag returns a random marker that no file content or stray output can
+// contain by accident.
+func newTag() string {
+	var b [10]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("files: crypto/rand failed: " + err.Error())
+	}
+	return "BERTHF" + hex.EncodeToString(b[:])
+}
+
+// capWriter keeps at most max bytes and remembers that it overflowed.
+type capWriter struct {
+	buf      bytes.Buffer
+	max      int
+	overflow bool
+}
+
+func (w *capWriter) Write(p []byte) (int, error) {
+	room := w.max - w.buf.Len()
+	if len(p) > room {
+		w.overflow = true
+		if room > 0 {
+			w.buf.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	w.buf.Write(p)
+	return len(p), nil
+}
+
+// shellReply is what a file script printed: the status word and fields of
+// its tag line, what came before it (error text from failing commands) and
+// the payload after it.
+type shellReply struct {
+	status  string
+	fields  []string
+	before  string
+	payload []byte
+}
+
+// parseReply finds the script's tag line in out.
+func parseReply(tag string, out []byte) (shellReply, bool) {
+	i := bytes.Index(out, []byte("\n"+tag+" "))
+	if i < 0 {
+		return shellReply{}, false
+	}
+	rest := out[i+1+len(tag)+1:]
+	line, payload, _ := bytes.Cut(rest, []byte("\n"))
+	f := strings.Fields(string(line))
+	r := shellReply{before: strings.TrimSpace(string(out[:i])), payload: payload}
+	if len(f) > 0 {
+		r.status, r.fields = f[0], f[1:]
+	}
+	return r, true
+}
+
+// runScript runs a POSIX sh script in the environment's persistent session,
+// inside a subshell so it can neither change the session's state nor end
+// it, and returns its merged output (at most max bytes).
+func runScript(ctx context.Context, env *terminal.Env, script string, stdin []byte, max int) ([]byte, error) {
+	timeout := opTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	out := &capWriter{max: max}
+	res, err := env.Session().Run(ctx, session.Request{Command: "(\n" + script + "\n)", Stdin: stdin, Timeout: timeout}, out)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case res.Interrupted:
+		return nil, errors.New("interrupted")
+	case res.TimedOut:
+		return nil, fmt.Errorf("timed out after %s", timeout.Round(time.Second))
+	case out.overflow:
+		return nil, fmt.Errorf("output exceeded %d bytes", max)
+	}
+	return out.buf.Bytes(), nil
+}
+
+// runHelper runs a POSIX sh script as its own process in the environment,
+// streaming stdin to it raw, and returns its output (at most max bytes).
+// It costs a process start on the backend (a docker exec, an SSH channel)
+// but moves bytes at pipe speed.
+func runHelper(ctx context.Context, be backend.Backend, script string, stdin io.Reader, max int) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+	}
+	p, err := be.Start(ctx, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", script, "berth-files"}})
+	if err != nil {
+		return nil, fmt.Errorf("start helper on %s: %w", be.Name(), err)
+	}
+	defer p.Close()
+	werr := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(p.Stdin(), stdin)
+		if cerr := p.Stdin().Close(); err == nil {
+			err = cerr
+		}
+		werr <- err
+	}()
+	out := &capWriter{max: max}
+	rerr := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(out, p.Stdout())
+		rerr <- err
+	}()
+	waited := make(chan struct{})
+	go func() {
+		p.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		p.Close()
+		return nil, fmt.Errorf("helper on %s: %w", be.Name(), ctx.Err())
+	}
+	// The output may still be in flight after the exit; a descendant that
+	// keeps the stream open must not hang the call.
+	select {
+	case <-rerr:
+	case <-time.After(2 * time.Second):
+		p.Close()
+		<-rerr
+	}
+	var sendErr error
+	select {
+	case sendErr = <-werr:
+	case <-time.After(2 * time.Second):
+		p.Close()
+		sendErr = <-werr
+	}
+	if sendErr != nil && out.buf.Len() == 0 {
+		// The script reports its own failures; a broken stdin matters only
+		// when it said nothing.
+		return nil, fmt.Errorf("send content to helper on %s: %w", be.Name(), sendErr)
+	}
+	if out.overflow {
+		return nil, fmt.Errorf("helper output exceeded %d bytes", max)
+	}
+	return out.buf.Bytes(), nil
+}

@@ -1,0 +1,296 @@
+package files
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/a55dbaac/berth/terminal"
+)
+
+// PatchResult is the patch tool's result.
+type PatchResult struct {
+	// Path is the file patched, resolved.
+	Path string `json:"path"`
+	// Replacements is how many occurrences of old_string were replaced.
+	Replacements int `json:"replacements"`
+	// Diff is a unified diff of the change (3 lines of context).
+	Diff string `json:"diff"`
+}
+
+// Patch replaces old with new in the file at path. old must occur exactly
+// once unless replaceAll is set, in which case every occurrence is
+// replaced. When old is not found the error shows the region of the file
+// that resembles it most, with line numbers, so the caller can correct its
+// text. A file with CRLF line endings also matches an old string written
+// with plain newlines. The file is written back atomically with Write's
+// guarantees, and the result carries a unified diff.
+func Patch(ctx context.Context, env *terminal.Env, path, old, new string, replaceAll bool) (PatchResult, error) {
+	if old == "" {
+		return PatchResult{}, errors.New("patch: old_string is empty; give the exact text to replace (use write_file to create a file)")
+	}
+	if old == new {
+		return PatchResult{}, errors.New("patch: old_string and new_string are identical; nothing to change")
+	}
+	t, err := resolve(ctx, env, path)
+	if err != nil {
+		return PatchResult{}, fmt.Errorf("patch: %w", err)
+	}
+	content, err := readAll(ctx, env, t)
+	if err != nil {
+		return PatchResult{}, fmt.Errorf("patch: %w", err)
+	}
+	count := strings.Count(content, old)
+	if count == 0 && strings.Contains(content, "\r\n") && !strings.Contains(old, "\r") {
+		crlfOld := strings.ReplaceAll(old, "\n", "\r\n")
+		if c := strings.Count(content, crlfOld); c > 0 {
+			old, new, count = crlfOld, strings.ReplaceAll(new, "\n", "\r\n"), c
+		}
+	}
+	switch {
+	case count == 0:
+		return PatchResult{}, fmt.Errorf("patch: old_string not found in %s%s", t, closestMatch(content, old))
+	case count > 1 && !replaceAll:
+		return PatchResult{}, fmt.Errorf("patch: old_string occurs %d times in %s (at lines %s); include more surrounding lines to make it unique, or set replace_all to replace every occurrence",
+			count, t, occurrenceLines(content, old, 10))
+	}
+	n := 1
+	if replaceAll {
+		n = -1
+	}
+	updated := strings.Replace(content, old, new, n)
+	if len(updated) > MaxWriteBytes {
+		return PatchResult{}, fmt.Errorf("patch: the patched file would be %s, over the %s limit", mib(len(updated)), mib(MaxWriteBytes))
+	}
+	if _, err := Write(ctx, env, t.String(), updated); err != nil {
+		return PatchResult{}, fmt.Errorf("patch: %w", errors.Unwrap(err))
+	}
+	if !replaceAll {
+		count = 1
+	}
+	return PatchResult{Path: t.String(), Replacements: count, Diff: UnifiedDiff("a/"+strings.TrimPrefix(t.String(), "/"), "b/"+strings.TrimPrefix(t.String(), "/"), content, updated)}, nil
+}
+
+// occurrenceLines lists the line numbers where old starts, at most max.
+func occurrenceLines(content, old string, max int) string {
+	var nums []string
+	off := 0
+	for len(nums) < max {
+		i := strings.Index(content[off:], old)
+		if i < 0 {
+			break
+		}
+		nums = append(nums, strconv.Itoa(strings.Count(content[:off+i], "\n")+1))
+		off += i + len(old)
+	}
+	if strings.Count(content, old) > max {
+		nums = append(nums, "...")
+	}
+	return strings.Join(nums, ", ")
+}
+
+// readAll reads a whole text file for editing.
+func readAll(ctx context.Context, env *terminal.Env, t target) (string, error) {
+	var data []byte
+	if native(env) {
+		p, err := t.hostPath()
+		if err != nil {
+			return "", err
+		}
+		st, err := os.Stat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return "", notFound(t, listHostDir(filepath.Dir(p)))
+		case err != nil:
+			return "", fmt.Errorf("stat %s: %w", t, unwrapPath(err))
+		case st.IsDir():
+			return "", isDir(t)
+		case !st.Mode().IsRegular():
+			return "", notRegular(t)
+		case st.Size() > MaxWriteBytes:
+			return "", fmt.Errorf("%s is %s; patch edits files up to %s", t, mib(int(st.Size())), mib(MaxWriteBytes))
+		}
+		data, err = os.ReadFile(p)
+		if err != nil {
+			return "", fmt.Errorf("read %s: %w", t, unwrapPath(err))
+		}
+	} else {
+		tag := newTag()
+		script := fmt.Sprintf(`p=%[2]s; d=%[3]s
+if [ -d "$p" ]; then printf '\n%%s isdir\n' %[1]s
+elif [ ! -e "$p" ]; then
+  if [ -d "$d" ]; then
+    printf '\n%%s missing\n' %[1]s
+    for f in "$d"/* "$d"/.[!.]* "$d"/..?*; do
+      if [ -e "$f" ] || [ -L "$f" ]; then printf '%%s\000' "${f##*/}"; fi
+    done
+  else printf '\n%%s nodir\n' %[1]s; fi
+elif [ ! -f "$p" ]; then printf '\n%%s special\n' %[1]s
+elif [ ! -r "$p" ]; then printf '\n%%s noperm\n' %[1]s
+else
+  s=$(( $(command wc -c <"$p") ))
+  if [ "$s" -gt %[4]d ]; then printf '\n%%s big %%s\n' %[1]s "$s"
+  else printf '\n%%s ok %%s\n' %[1]s "$s"; command cat "$p"; fi
+fi`, tag, t.word(), t.dir().word(), MaxWriteBytes)
+		out, err := runScript(ctx, env, script, nil, MaxWriteBytes+64<<10)
+		if err != nil {
+			return "", fmt.Errorf("read %s: %w", t, err)
+		}
+		r, ok := parseReply(tag, out)
+		if !ok {
+			return "", fmt.Errorf("read %s: unexpected reply from the environment: %q", t, clip(out, 300))
+		}
+		switch r.status {
+		case "ok":
+			data = r.payload
+		case "isdir":
+			return "", isDir(t)
+		case "special":
+			return "", notRegular(t)
+		case "missing":
+			return "", notFound(t, splitNames(r.payload))
+		case "nodir":
+			return "", notFound(t, nil)
+		case "noperm":
+			return "", fmt.Errorf("%s: permission denied", t)
+		case "big":
+			n, _ := strconv.Atoi(strings.Join(r.fields, ""))
+			return "", fmt.Errorf("%s is %s; patch edits files up to %s", t, mib(n), mib(MaxWriteBytes))
+		default:
+			return "", fmt.Errorf("read %s: unexpected reply %q", t, r.status)
+		}
+	}
+	if kind := binaryKind(data, false); kind != "" {
+		return "", fmt.Errorf("%s is a binary file (%s); patch edits text files only", t, kind)
+	}
+	return string(data), nil
+}
+
+// closestMatch describes the region of content most similar to old, for
+// the not-found error: line numbers and the region's text, plus a note when
+// the two differ only in whitespace.
+func closestMatch(content, old string) string {
+	lines := strings.Split(content, "\n")
+	want := strings.Split(strings.TrimRight(old, "\n"), "\n")
+	for len(want) > 1 && strings.TrimSpace(want[0]) == "" {
+		want = want[1:]
+	}
+	k := len(want)
+	if k > len(lines) {
+		k = len(lines)
+	}
+	// Bound the work: at most about two million line comparisons.
+	probe := want
+	if budget := 2_000_000 / max(1, len(lines)); len(probe) > budget {
+		probe = probe[:max(1, budget)]
+	}
+	wantGrams := make([][]uint32, len(probe))
+	for i, w := range probe {
+		wantGrams[i] = bigrams(w)
+	}
+	gramCache := make(map[int][]uint32)
+	grams := func(i int) []uint32 {
+		g, ok := gramCache[i]
+		if !ok {
+			g = bigrams(lines[i])
+			gramCache[i] = g
+		}
+		return g
+	}
+	best, bestScore := -1, 0.0
+	for start := 0; start+len(probe) <= len(lines); start++ {
+		score := 0.0
+		for j := range probe {
+			score += lineSim(lines[start+j], probe[j], grams(start+j), wantGrams[j])
+		}
+		score /= float64(len(probe))
+		if score > bestScore {
+			best, bestScore = start, score
+		}
+	}
+	if best < 0 || bestScore < 0.3 {
+		return ". No similar region was found: read the file again (read_file) and copy the text exactly, including indentation."
+	}
+	end := min(best+k, len(lines))
+	var b strings.Builder
+	fmt.Fprintf(&b, ". The closest match (%d%% similar) is at lines %d-%d:\n", int(bestScore*100+0.5), best+1, end)
+	for i := best; i < end; i++ {
+		fmt.Fprintf(&b, "%6d|%s\n", i+1, clipLine(lines[i], 300))
+	}
+	region := strings.Join(lines[best:end], "\n")
+	if squash(region) == squash(old) {
+		b.WriteString("It differs from old_string only in whitespace or indentation; copy those characters exactly.")
+	} else {
+		b.WriteString("Copy the text exactly as the file has it (read_file shows it), including indentation.")
+	}
+	return b.String()
+}
+
+// lineSim is the similarity of two lines in [0, 1]: 1 when equal apart
+// from surrounding whitespace, else the Dice coefficient of their
+// character bigrams.
+func lineSim(a, b string, ga, gb []uint32) float64 {
+	ta, tb := strings.TrimSpace(a), strings.TrimSpace(b)
+	if ta == tb {
+		return 1
+	}
+	if len(ga) == 0 || len(gb) == 0 {
+		return 0
+	}
+	common, i, j := 0, 0, 0
+	for i < len(ga) && j < len(gb) {
+		switch {
+		case ga[i] == gb[j]:
+			common++
+			i++
+			j++
+		case ga[i] < gb[j]:
+			i++
+		default:
+			j++
+		}
+	}
+	return 2 * float64(common) / float64(len(ga)+len(gb))
+}
+
+// bigrams returns the sorted byte bigrams of a trimmed line.
+func bigrams(s string) []uint32 {
+	s = strings.TrimSpace(s)
+	if len(s) > 2000 {
+		s = s[:2000]
+	}
+	if len(s) < 2 {
+		if s == "" {
+			return nil
+		}
+		return []uint32{uint32(s[0])}
+	}
+	g := make([]uint32, 0, len(s)-1)
+	for i := 0; i+1 < len(s); i++ {
+		g = append(g, uint32(s[i])<<8|uint32(s[i+1]))
+	}
+	sort.Slice(g, func(i, j int) bool { return g[i] < g[j] })
+	return g
+}
+
+// squash removes all whitespace.
+func squash(s string) string {
+	return strings.Join(strings.Fields(s), "")
+}
+
+func clipLine(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + " ..."
+}
