@@ -121,7 +121,7 @@ overridden by TERMINAL_* variables and then by flags.`,
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log diagnostics to stderr")
-	root.AddCommand(newExecCmd(), newShellCmd(), newDoctorCmd(), newConfigCmd(), newBenchCmd(), newEnvCmd())
+	root.AddCommand(newExecCmd(), newShellCmd(), newDoctorCmd(), newConfigCmd(), newBenchCmd(), newEnvCmd(), newMCPCmd(), newServeCmd(), newPsCmd())
 	return root
 }
 

@@ -1,0 +1,355 @@
+// Package mcpserver exposes berth to agents over the Model Context
+// Protocol: the terminal tool and the file tools (read_file, write_file,
+// patch, search_files) with the contract's names, parameters and result
+// fields, every call running in the environment the manager gives the MCP
+// session.
+//
+// The server is transport-agnostic: `berth mcp` runs it over stdio and
+// `berth serve` over streamable HTTP (see Handler).
+package mcpserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/a55dbaac/berth/files"
+	"github.com/a55dbaac/berth/manager"
+	"github.com/a55dbaac/berth/process"
+	"github.com/a55dbaac/berth/terminal"
+)
+
+// Options configures the MCP server.
+type Options struct {
+	// Key is the environment key of a stdio session and of a shared
+	// environment, and the prefix of per-session keys over HTTP. Empty
+	// means manager.DefaultKey.
+	Key string
+	// ShareEnvironment gives every MCP session the one environment Key
+	// instead of one each. The configuration's terminal.share_environment
+	// turns it on too.
+	ShareEnvironment bool
+	// Version is reported to clients as the server's version.
+	Version string
+	// ExtraTools registers further tools on the server (the process tool).
+	// envKey maps a call to the environment key this server uses for it, so
+	// the extra tools reach the same environments as the terminal tool.
+	ExtraTools func(s *mcp.Server, envKey func(*mcp.CallToolRequest) string)
+	// Logger receives diagnostics; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// instructions is what the server tells the model about itself.
+const instructions = `berth gives you a persistent shell and file tools in one environment (this machine, a container or a remote host, as configured). State persists between calls: the working directory, exported variables and functions carry over from one terminal call to the next. Use read_file, write_file, patch and search_files for files rather than cat, sed, echo > or grep in the terminal: they are exact, atomic and paginated. Long-running work (servers, watchers, builds that take minutes) belongs in the background (terminal with background=true), followed with the process tool.`
+
+// server holds what the tool handlers share.
+type server struct {
+	m    *manager.Manager
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	watched map[string]bool // per-session keys whose end is watched
+}
+
+// New returns an MCP server whose tools run in m's environments: one per
+// MCP session by default (a stdio server has one session), or one shared
+// environment when opts.ShareEnvironment or terminal.share_environment is
+// set. An HTTP session's environment is closed when the session ends.
+func New(m *manager.Manager, opts Options) *mcp.Server {
+	if opts.Key == "" {
+		opts.Key = manager.DefaultKey
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	if cfg := m.Config(); cfg != nil && cfg.Terminal.ShareEnvironment {
+		opts.ShareEnvironment = true
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &server{m: m, opts: opts, log: log, watched: map[string]bool{}}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "berth", Title: "berth: terminal and files for agents", Version: opts.Version},
+		&mcp.ServerOptions{Instructions: instructions, Logger: log})
+	s.register(srv)
+	if opts.ExtraTools != nil {
+		opts.ExtraTools(srv, s.key)
+	}
+	return srv
+}
+
+// key returns the environment key for a call, and arranges for a
+// per-session environment to be closed when its session ends.
+func (s *server) key(req *mcp.CallToolRequest) string {
+	if s.opts.ShareEnvironment || req == nil || req.Session == nil {
+		return s.opts.Key
+	}
+	id := req.Session.ID()
+	if id == "" {
+		return s.opts.Key // stdio: one session, one environment
+	}
+	key := s.opts.Key + "-" + sanitize(id)
+	s.mu.Lock()
+	first := !s.watched[key]
+	s.watched[key] = true
+	s.mu.Unlock()
+	if first {
+		ss := req.Session
+		go func() {
+			ss.Wait()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := s.m.Close(ctx, key); err != nil {
+				s.log.Warn("mcp: close environment of ended session", "key", key, "err", err)
+			}
+			s.mu.Lock()
+			delete(s.watched, key)
+			s.mu.Unlock()
+		}()
+	}
+	return key
+}
+
+// sanitize keeps the characters every backend accepts in names (container
+// names, labels): letters, digits, '-' and '_'; at most 32 of them.
+func sanitize(id string) string {
+	var b strings.Builder
+	for _, r := range id {
+		if r < 128 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			b.WriteRune(r)
+		}
+		if b.Len() == 32 {
+			break
+		}
+	}
+	if b.Len() == 0 {
+		sum := sha256.Sum256([]byte(id))
+		return hex.EncodeToString(sum[:8])
+	}
+	return b.String()
+}
+
+// errorResult is a tool result carrying only an error, as the contract's
+// file tools report failures: {"error": "..."}.
+func errorResult(err error) (*mcp.CallToolResult, any, error) {
+	return &mcp.CallToolResult{IsError: true}, map[string]string{"error": err.Error()}, nil
+}
+
+// Handler returns an http.Handler serving srv over streamable HTTP, behind a
+// bearer-token check: a request without "Authorization: Bearer <token>"
+// matching token gets 401 and never reaches the server. The comparison is
+// constant-time. token must not be empty.
+func Handler(srv *mcp.Server, token string) http.Handler {
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{SessionTimeout: time.Hour})
+	return RequireToken(token, mcpHandler)
+}
+
+// RequireToken wraps next so that only requests carrying
+// "Authorization: Bearer <token>" reach it; others get 401. The tokens are
+// compared as SHA-256 digests in constant time, so neither their content
+// nor their length leaks through timing.
+func RequireToken(token string, next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		gotSum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if subtle.ConstantTimeCompare(gotSum[:], want[:]) != 1 || !ok || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			json.NewEncoder(w).Encode(map[string]string{"error": "unauthorized: send Authorization: Bearer <token> (berth serve --token / BERTH_TOKEN)"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// terminalArgs are the terminal tool's parameters.
+type terminalArgs struct {
+	Command    string `json:"command" jsonschema:"The shell command to run (bash when the environment has it, else POSIX sh). Multi-line scripts and heredocs work."`
+	Background bool   `json:"background,omitempty" jsonschema:"Run in the background and return at once with a session_id; follow it with the process tool. Use for servers, watchers and anything that runs for minutes. Default false."`
+	Timeout    int    `json:"timeout,omitempty" jsonschema:"Seconds (>= 1) before the command and everything it started are killed; the output then ends with [Command timed out after Ns] and exit_code is 124. Default: the configured terminal.timeout (180)."`
+	Workdir    string `json:"workdir,omitempty" jsonschema:"Absolute directory (or ~/...) to run this one command in; the session's own working directory does not move."`
+	PTY        bool   `json:"pty,omitempty" jsonschema:"Give a background process a pseudo-terminal (for programs that need a TTY). Default false."`
+}
+
+type readArgs struct {
+	Path   string `json:"path" jsonschema:"File to read: absolute, relative to the shell's current directory, or ~/..."`
+	Offset int    `json:"offset,omitempty" jsonschema:"1-based line to start from. Default 1."`
+	Limit  int    `json:"limit,omitempty" jsonschema:"Lines to return, at most 2000. Default 2000."`
+}
+
+type writeArgs struct {
+	Path    string `json:"path" jsonschema:"File to create or replace: absolute, relative to the shell's current directory, or ~/... Parent directories are created."`
+	Content string `json:"content" jsonschema:"The complete new content of the file (up to 50 MiB)."`
+}
+
+type patchArgs struct {
+	Path       string `json:"path" jsonschema:"File to edit."`
+	OldString  string `json:"old_string" jsonschema:"Exact text to replace, including whitespace and indentation, with enough surrounding lines to be unique in the file."`
+	NewString  string `json:"new_string" jsonschema:"Text to put in its place."`
+	ReplaceAll bool   `json:"replace_all,omitempty" jsonschema:"Replace every occurrence instead of requiring exactly one. Default false."`
+}
+
+type searchArgs struct {
+	Pattern  string `json:"pattern" jsonschema:"With target content: a regular expression to find in files. With target files: a glob on file names such as *.py (with a slash, on paths relative to path; ** crosses directories)."`
+	Path     string `json:"path,omitempty" jsonschema:"Directory (or file) to search. Default: the shell's current directory."`
+	Target   string `json:"target,omitempty" jsonschema:"content (search inside files, the default) or files (find files by name)."`
+	FileGlob string `json:"file_glob,omitempty" jsonschema:"Only search files whose name matches this glob, e.g. *.go or *.{ts,tsx}."`
+	Limit    int    `json:"limit,omitempty" jsonschema:"Results per page, at most 500. Default 50."`
+	Context  int    `json:"context,omitempty" jsonschema:"Lines of context before and after each content match, at most 10. Default 0."`
+	Offset   int    `json:"offset,omitempty" jsonschema:"Results to skip, for the next page. Default 0."`
+}
+
+// Tool descriptions: what the model reads to decide how to use each tool.
+const (
+	terminalDesc = `Run a shell command in berth's persistent shell and get {"output", "exit_code", "error"} back (plus "cwd" when the command changed directory, and truncation details for long output).
+
+The shell persists between calls: cd, exported variables, functions and activated virtualenvs carry over, so "cd project" once and later commands run there. For a one-off command elsewhere pass workdir instead of cd-ing back and forth.
+
+stdout and stderr are merged; output over 50,000 characters keeps its start and end, and the full text is saved to the file named in full_output_path. Stdin is empty: commands that would prompt get EOF, so pass non-interactive flags (-y, --yes). Pagers are disabled.
+
+A command is killed (with everything it started) after timeout seconds: exit_code 124 and "[Command timed out after Ns]". Servers, watchers and long builds should run with background=true and be followed with the process tool (poll, log, wait, kill) instead of blocking here.
+
+For files prefer read_file, write_file, patch and search_files over cat, sed, echo > and grep: they are exact, atomic and paginated.`
+
+	readDesc = `Read a text file from the environment as numbered lines "N|text" (up to 2000 lines per call, starting at offset). Long lines are cut at 2000 characters. When more lines remain the result says "use offset=N to continue". Binary files are refused with their type; a missing path reports similar file names. Use this instead of cat, head or sed -n.`
+
+	writeDesc = `Create or replace a file with the given content. The write is atomic (a temporary file renamed into place), keeps the mode of an existing file and creates missing parent directories. Returns {"path", "bytes_written"}. For a small change to an existing file prefer patch, which does not need the whole content. Use this instead of echo > or heredocs in the terminal.`
+
+	patchDesc = `Replace old_string with new_string in a file and return a unified diff of the change. old_string must match the file exactly (whitespace and indentation included) and occur once, unless replace_all is set; include a few surrounding lines to make it unique. When it does not match, the error shows the most similar region of the file with line numbers so you can correct it. Read the file first if you are not sure of its current text.`
+
+	searchDesc = `Search the environment's files. target=content (default) finds lines matching a regular expression, with path, line number and optional context lines; target=files finds files whose name matches a glob. Narrow with path and file_glob. Results are paginated: total counts them all, truncated says more exist, offset fetches the next page. Uses ripgrep when installed (hidden and .gitignored files skipped), else grep/find. Use this instead of grep -r or find in the terminal.`
+)
+
+// register adds the tools.
+func (s *server) register(srv *mcp.Server) {
+	openWorld := true
+	destructive := true
+	notDestructive := false
+	mcp.AddTool(srv, &mcp.Tool{Name: "terminal", Description: terminalDesc,
+		Annotations: &mcp.ToolAnnotations{Title: "Run a shell command", DestructiveHint: &destructive, OpenWorldHint: &openWorld}},
+		s.terminal)
+	mcp.AddTool(srv, &mcp.Tool{Name: "process", Description: processDesc,
+		Annotations: &mcp.ToolAnnotations{Title: "Follow background processes", DestructiveHint: &destructive, OpenWorldHint: &openWorld}},
+		s.process)
+	mcp.AddTool(srv, &mcp.Tool{Name: "read_file", Description: readDesc,
+		Annotations: &mcp.ToolAnnotations{Title: "Read a file", ReadOnlyHint: true, OpenWorldHint: &notDestructive}},
+		s.readFile)
+	mcp.AddTool(srv, &mcp.Tool{Name: "write_file", Description: writeDesc,
+		Annotations: &mcp.ToolAnnotations{Title: "Write a file", DestructiveHint: &destructive, IdempotentHint: true, OpenWorldHint: &notDestructive}},
+		s.writeFile)
+	mcp.AddTool(srv, &mcp.Tool{Name: "patch", Description: patchDesc,
+		Annotations: &mcp.ToolAnnotations{Title: "Edit a file", DestructiveHint: &destructive, OpenWorldHint: &notDestructive}},
+		s.patch)
+	mcp.AddTool(srv, &mcp.Tool{Name: "search_files", Description: searchDesc,
+		Annotations: &mcp.ToolAnnotations{Title: "Search files", ReadOnlyHint: true, OpenWorldHint: &notDestructive}},
+		s.search)
+}
+
+func (s *server) terminal(ctx context.Context, req *mcp.CallToolRequest, in terminalArgs) (*mcp.CallToolResult, any, error) {
+	res := s.m.Terminal(ctx, s.key(req), terminal.Request{
+		Command: in.Command, Background: in.Background, Timeout: in.Timeout, Workdir: in.Workdir, PTY: in.PTY,
+	})
+	isErr := false
+	switch r := res.(type) {
+	case terminal.Result:
+		isErr = r.Error != nil
+	case process.StartResult:
+		isErr = r.Error != nil
+	}
+	return &mcp.CallToolResult{IsError: isErr}, res, nil
+}
+
+type processArgs struct {
+	Action    string `json:"action" jsonschema:"One of list, poll, log, wait, kill, write, submit, close."`
+	SessionID string `json:"session_id,omitempty" jsonschema:"The process's id (proc_ + 12 hex, from the background start or list); a unique prefix of 4 or more characters works. Needed by every action but list."`
+	Data      string `json:"data,omitempty" jsonschema:"write: bytes to send to the process's stdin as is. submit: a line to send (a newline is added)."`
+	Timeout   int    `json:"timeout,omitempty" jsonschema:"wait: seconds to wait for the process to exit, at most terminal.timeout. On timeout the result says status timeout and process_running true."`
+	Offset    *int   `json:"offset,omitempty" jsonschema:"log: first line to return (0-based). Default: the last limit lines."`
+	Limit     *int   `json:"limit,omitempty" jsonschema:"log: number of lines to return. Default 200."`
+}
+
+const processDesc = `Follow and control processes started with terminal(background=true).
+
+- list: every process with session_id, command, cwd, pid, started_at, uptime_seconds, status (running or exited), output_preview and exit_code once exited.
+- poll: status, pid, uptime and the last 1000 characters of output of one process. Cheap; use it to check on a server or build.
+- log: output lines (the last 200 by default; offset and limit to page), with total_lines.
+- wait: block until the process exits (returns at once when it does) or timeout seconds pass; on timeout status is "timeout" and process_running is true, which is not an error.
+- kill: stop the process and everything it started (TERM, then KILL after a grace period).
+- write / submit / close: send raw data, a line, or end-of-input to the process's stdin (for interactive programs; start them with pty=true when they need a terminal).
+
+Output is cleaned like terminal output. Unknown ids answer status "not_found".`
+
+func (s *server) process(ctx context.Context, req *mcp.CallToolRequest, in processArgs) (*mcp.CallToolResult, any, error) {
+	res := s.m.Process(ctx, s.key(req), process.Request{
+		Action: in.Action, SessionID: in.SessionID, Data: in.Data, Timeout: in.Timeout, Offset: in.Offset, Limit: in.Limit,
+	})
+	_, failed := res["error"]
+	return &mcp.CallToolResult{IsError: failed}, res, nil
+}
+
+// env returns the environment for a file tool call.
+func (s *server) env(ctx context.Context, req *mcp.CallToolRequest) (*terminal.Env, error) {
+	return s.m.Env(ctx, s.key(req))
+}
+
+func (s *server) readFile(ctx context.Context, req *mcp.CallToolRequest, in readArgs) (*mcp.CallToolResult, any, error) {
+	env, err := s.env(ctx, req)
+	if err != nil {
+		return errorResult(err)
+	}
+	res, err := files.Read(ctx, env, in.Path, in.Offset, in.Limit)
+	if err != nil {
+		return errorResult(err)
+	}
+	return nil, res, nil
+}
+
+func (s *server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in writeArgs) (*mcp.CallToolResult, any, error) {
+	env, err := s.env(ctx, req)
+	if err != nil {
+		return errorResult(err)
+	}
+	res, err := files.Write(ctx, env, in.Path, in.Content)
+	if err != nil {
+		return errorResult(err)
+	}
+	return nil, res, nil
+}
+
+func (s *server) patch(ctx context.Context, req *mcp.CallToolRequest, in patchArgs) (*mcp.CallToolResult, any, error) {
+	env, err := s.env(ctx, req)
+	if err != nil {
+		return errorResult(err)
+	}
+	res, err := files.Patch(ctx, env, in.Path, in.OldString, in.NewString, in.ReplaceAll)
+	if err != nil {
+		return errorResult(err)
+	}
+	return nil, res, nil
+}
+
+func (s *server) search(ctx context.Context, req *mcp.CallToolRequest, in searchArgs) (*mcp.CallToolResult, any, error) {
+	env, err := s.env(ctx, req)
+	if err != nil {
+		return errorResult(err)
+	}
+	res, err := files.Search(ctx, env, in.Pattern, in.Path, in.Target, in.FileGlob, in.Limit, in.Context, in.Offset)
+	if err != nil {
+		return errorResult(err)
+	}
+	return nil, res, nil
+}
