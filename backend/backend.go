@@ -92,6 +92,12 @@ type SessionEnver interface {
 	SessionEnv() map[string]string
 }
 
+// ErrUnsupported is returned (wrapped) by an optional capability that
+// cannot serve this particular request — a file API asked to write into a
+// tmpfs mount it cannot see, a server without SFTP — so the caller falls
+// back to the shell.
+var ErrUnsupported = errors.New("backend: not supported here")
+
 // ErrNoTTY is returned by Start when the backend cannot allocate a terminal.
 var ErrNoTTY = errors.New("backend: pseudo-terminal not supported")
 

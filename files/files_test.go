@@ -2,6 +2,7 @@ package files
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -89,6 +90,33 @@ func TestConformanceLocalFileWriter(t *testing.T) {
 	})
 	if uses.Load() == 0 {
 		t.Fatal("the FileWriter capability was never used")
+	}
+}
+
+// decliningWriter offers FileWriter but declines every path, as docker does
+// for tmpfs mounts and ssh for servers without SFTP.
+type decliningWriter struct {
+	backend.Backend
+	asked *atomic.Int64
+}
+
+func (w decliningWriter) WriteFile(ctx context.Context, name string, r io.Reader, size int64, perm os.FileMode) error {
+	w.asked.Add(1)
+	return fmt.Errorf("declined %s: %w", name, backend.ErrUnsupported)
+}
+
+func TestFileWriterDecliningFallsBackToShell(t *testing.T) {
+	var asked atomic.Int64
+	env := localEnv(t, func(b backend.Backend) backend.Backend { return decliningWriter{b, &asked} })
+	path := filepath.Join(t.TempDir(), "f.txt")
+	if _, err := Write(context.Background(), env, path, "through the shell\n"); err != nil {
+		t.Fatalf("write with a declining FileWriter: %v", err)
+	}
+	if asked.Load() != 1 {
+		t.Fatalf("FileWriter asked %d times, want 1", asked.Load())
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "through the shell\n" {
+		t.Fatalf("file holds %q (%v)", b, err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -61,6 +62,9 @@ func Write(ctx context.Context, env *terminal.Env, path, content string) (WriteR
 		res, err = writeNative(t, content)
 	case ok:
 		res, err = writeFileWriter(ctx, env, fw, t, content)
+		if errors.Is(err, backend.ErrUnsupported) {
+			res, err = writeShell(ctx, env, t, content)
+		}
 	default:
 		res, err = writeShell(ctx, env, t, content)
 	}
@@ -244,6 +248,9 @@ func writeFileWriter(ctx context.Context, env *terminal.Env, fw FileWriter, t ta
 	}
 	tmp := dir + ".berth-" + tag + ".tmp"
 	if err := fw.WriteFile(ctx, tmp, strings.NewReader(content), int64(len(content)), 0o666); err != nil {
+		if errors.Is(err, backend.ErrUnsupported) {
+			return WriteResult{}, err // the caller falls back to the shell
+		}
 		return WriteResult{}, fmt.Errorf("write %s through the %s file API: %w", t, env.Backend().Name(), err)
 	}
 	m, o := r.fields[0], r.fields[1]
