@@ -99,6 +99,18 @@ func exercise(t *testing.T, cs *mcp.ClientSession) {
 		t.Fatalf("missing file: %v", r)
 	}
 
+	// A background process inherits the session's state and is followed
+	// with the process tool until it exits.
+	r = mcpCall(t, cs, "terminal", map[string]any{"command": "sleep 0.3; echo \"bg $FOO $PWD\"", "background": true})
+	id, _ := r["session_id"].(string)
+	if r["output"] != "Background process started" || !strings.HasPrefix(id, "proc_") {
+		t.Fatalf("background start: %v", r)
+	}
+	r = mcpCall(t, cs, "process", map[string]any{"action": "wait", "session_id": id, "timeout": 30})
+	if r["status"] != "exited" || r["exit_code"] != 0.0 || r["output"] != "bg bar "+dir {
+		t.Fatalf("process wait: %v", r)
+	}
+
 	// A cancelled call interrupts its command: afterwards nothing of it
 	// runs and the shell still works.
 	cctx, cancel := context.WithCancel(ctx)

@@ -1,0 +1,71 @@
+package local
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/config"
+)
+
+func TestIsSecret(t *testing.T) {
+	for name, want := range map[string]bool{
+		"OPENAI_API_KEY": true, "OPENAI_BASE_URL": true, "ANTHROPIC_API_KEY": true,
+		"OPENROUTER_API_KEY": true, "GOOGLE_API_KEY": true, "GEMINI_API_KEY": true,
+		"GROQ_API_KEY": true, "MISTRAL_API_KEY": true, "DEEPSEEK_API_KEY": true,
+		"TOGETHER_API_KEY": true, "XAI_API_KEY": true, "GH_TOKEN": true, "GITHUB_TOKEN": true,
+		"MODAL_TOKEN_ID": true, "MODAL_TOKEN_SECRET": true, "DAYTONA_API_KEY": true,
+		"SUDO_PASSWORD": true, "TELEGRAM_BOT_TOKEN": true, "MY_SERVICE_API_KEY": true,
+		"SOMETHING_SECRET": true, "ANY_TOKEN": true, "AWS_SECRET_ACCESS_KEY": true,
+		"PATH": false, "HOME": false, "LANG": false, "TERM": false, "GOPATH": false,
+		"TOKENIZERS_PARALLELISM": false, "SECRETARY": false, "KEY": false,
+	} {
+		if got := IsSecret(name); got != want {
+			t.Errorf("IsSecret(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestFilterEnvKeepsPassthrough(t *testing.T) {
+	in := []string{"PATH=/bin", "OPENAI_API_KEY=sk-x", "GITHUB_TOKEN=ghp", "HOME=/root", "MY_API_KEY=k"}
+	got := strings.Join(FilterEnv(in, []string{"MY_API_KEY"}), " ")
+	if got != "PATH=/bin HOME=/root MY_API_KEY=k" {
+		t.Fatalf("FilterEnv = %q", got)
+	}
+}
+
+// TestCommandsDoNotSeeSecrets starts a real process through the backend and
+// checks what its environment holds.
+func TestCommandsDoNotSeeSecrets(t *testing.T) {
+	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-leak")
+	t.Setenv("BERTH_TEST_TOKEN", "tok-leak")
+	t.Setenv("ALLOWED_API_KEY", "allowed")
+	t.Setenv("PLAIN_SETTING", "plain")
+	cfg := config.Defaults()
+	cfg.EnvPassthrough = []string{"ALLOWED_API_KEY"}
+	be, err := New(backend.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := be.Start(context.Background(), backend.ProcSpec{Argv: []string{"env"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Stdin().Close()
+	out, _ := io.ReadAll(p.Stdout())
+	p.Wait()
+	p.Close()
+	env := string(out)
+	for _, leak := range []string{"sk-ant-leak", "tok-leak"} {
+		if strings.Contains(env, leak) {
+			t.Errorf("child environment holds %q", leak)
+		}
+	}
+	for _, keep := range []string{"ALLOWED_API_KEY=allowed", "PLAIN_SETTING=plain"} {
+		if !strings.Contains(env, keep) {
+			t.Errorf("child environment lacks %q", keep)
+		}
+	}
+}
