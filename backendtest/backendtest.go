@@ -268,6 +268,18 @@ func (s *Suite) testStdinData(t *testing.T) {
 	expect(t, e, terminal.Request{Command: "wc -c", StdinData: &bin}, "8", 0)
 	expect(t, e, terminal.Request{Command: "read a; read b; echo \"$b/$a\"", StdinData: ptr("1\n2\n")}, "2/1", 0)
 	expect(t, e, cmd("cat"), "", 0) // stdin is /dev/null again
+
+	// Large input (past the inline limit) with every byte value in it.
+	var big strings.Builder
+	for i := 0; i < 4096; i++ {
+		big.WriteString("line of input\x00\xff\n")
+	}
+	big.WriteString("END")
+	bigs := big.String()
+	expect(t, e, terminal.Request{Command: "wc -c", StdinData: &bigs}, fmt.Sprint(len(bigs)), 0)
+	expect(t, e, terminal.Request{Command: "tail -n 1; echo; echo $?", StdinData: &bigs}, "END\n0", 0)
+	// The large-input files (named by a 24-hex nonce) are removed after use.
+	expect(t, e, cmd("cat; ls /tmp/.berth-in-"+strings.Repeat("[0-9a-f]", 24)+" 2>/dev/null | wc -l"), "0", 0)
 }
 
 func ptr(s string) *string { return &s }

@@ -174,27 +174,44 @@ __berth_f=$1
 . "$__berth_f"`
 
 // startDetachedTTY writes the preamble to a 0600 file inside the target
-// through a helper process (content on stdin, never in argv), then starts
-// the wrapper on a terminal to source it.
+// (content on stdin, never in argv), then starts the wrapper on a terminal
+// to source it.
 func (s *Session) startDetachedTTY(ctx context.Context, sh, preamble string) (backend.Process, error) {
 	file := "/tmp/.berth-bg-" + nonce()
-	w, err := s.be.Start(ctx, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", "umask 077 && cat >\"$1\"", "berth-put", file}})
-	if err != nil {
+	if err := s.putFile(ctx, file, []byte("command rm -f \"$__berth_f\"\n"+preamble)); err != nil {
 		return nil, err
 	}
-	go io.Copy(io.Discard, w.Stdout())
-	_, werr := io.WriteString(w.Stdin(), "command rm -f \"$__berth_f\"\n"+preamble)
+	return s.be.Start(ctx, backend.ProcSpec{Argv: []string{sh, "-c", detachedTTYWrapper, "berth-bg", file}, TTY: true})
+}
+
+// putFile writes data to a new private (0600) file inside the target
+// through a helper process's raw stdin: nothing goes through an argv, and
+// the bytes are not parsed by a shell (bash reads a piped script one byte
+// at a time, so large data through the session would be slow).
+func (s *Session) putFile(ctx context.Context, path string, data []byte) error {
+	w, err := s.be.Start(ctx, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", "umask 077 && cat >\"$1\"", "berth-put", path}})
+	if err != nil {
+		return fmt.Errorf("session: write %s on %s: %w", path, s.be.Name(), err)
+	}
+	defer w.Close()
+	outc := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(w.Stdout(), 4096))
+		io.Copy(io.Discard, w.Stdout())
+		outc <- b
+	}()
+	_, werr := w.Stdin().Write(data)
 	w.Stdin().Close()
 	code, waitErr := w.Wait()
-	w.Close()
 	if werr != nil || waitErr != nil || code != 0 {
-		return nil, fmt.Errorf("write preamble file %s: status %d: %v", file, code, errors.Join(werr, waitErr))
+		var msg []byte
+		select {
+		case msg = <-outc:
+		case <-time.After(time.Second):
+		}
+		return fmt.Errorf("session: write %s on %s: status %d %q: %v", path, s.be.Name(), code, msg, errors.Join(werr, waitErr))
 	}
-	p, err := s.be.Start(ctx, backend.ProcSpec{Argv: []string{sh, "-c", detachedTTYWrapper, "berth-bg", file}, TTY: true})
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
+	return nil
 }
 
 // KillTree stops a process inside the environment and everything it

@@ -57,6 +57,7 @@ __berth_stdin() {
     __berth_in=${TMPDIR:-/tmp}/.berth-in-$$
     command rm -f "$__berth_in"
     (umask 077 && : >"$__berth_in")
+    trap 'command rm -f "$__berth_in"' EXIT
   fi
   command printf '%b' "$1" >"$__berth_in"
 }

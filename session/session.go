@@ -313,7 +313,17 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 
 	var line strings.Builder
 	redir := "</dev/null"
-	if req.Stdin != nil {
+	status, cleanup := "$?", ""
+	switch {
+	case len(req.Stdin) > stdinInline:
+		// Large input goes to a private file through a helper process.
+		path := "/tmp/.berth-in-" + nonce()
+		if err := s.putFile(ctx, path, req.Stdin); err != nil {
+			return Result{}, err
+		}
+		redir = "<" + quote(path)
+		status, cleanup = "$__berth_s", "__berth_s=$?; command rm -f "+quote(path)+"; "
+	case req.Stdin != nil:
 		line.WriteString("__berth_stdin " + printfBytes(req.Stdin) + "\n")
 		redir = "<\"$__berth_in\""
 	}
@@ -330,7 +340,7 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 	// The leading blank line resets bash's parser after an eval that hit
 	// an unterminated quote; without it the next line fails to parse.
 	line.WriteString("\n{ __berth_pre " + quote(req.Workdir) + "; } 2>/dev/null && command eval " +
-		quote(req.Command) + " " + redir + "; { __berth_post $? " + n + " " + snap + "; } 2>/dev/null\n")
+		quote(req.Command) + " " + redir + "; " + cleanup + "{ __berth_post " + status + " " + n + " " + snap + "; } 2>/dev/null\n")
 
 	if len(sh.rest) > 0 {
 		out.Write(sh.rest)
@@ -398,6 +408,10 @@ func (s *Session) keepSnapshot(snap string) {
 		}
 	}
 }
+
+// stdinInline is the largest stdin sent inline through the session; more
+// goes through a helper process (see putFile).
+const stdinInline = 16 << 10
 
 // drainWindow bounds how long output is still collected after the shell
 // exited: a descendant that keeps the stream open must not hang the call.
