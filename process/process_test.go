@@ -1,0 +1,89 @@
+package process
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/backend/local"
+	"github.com/a55dbaac/berth/terminal"
+)
+
+func localEnv(tb testing.TB) *terminal.Env {
+	be, err := local.New(backend.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	env := terminal.New(be, terminal.Options{SpillDir: tb.TempDir()})
+	tb.Cleanup(func() { env.Close(context.Background()) })
+	return env
+}
+
+// exitToWait starts a job that prints the wall-clock time (ns, GNU date)
+// as its last act and returns how long after that wait returned.
+func exitToWait(tb testing.TB, r *Registry, env *terminal.Env) time.Duration {
+	st := r.Start(context.Background(), env, "k", terminal.Request{Command: "sleep 0.2; date +%s%N", Background: true})
+	if st.Error != nil {
+		tb.Fatal(*st.Error)
+	}
+	res := r.Do(context.Background(), "k", Request{Action: "wait", SessionID: st.SessionID, Timeout: 30})
+	returned := time.Now()
+	out, _ := res["output"].(string)
+	ns, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+	if err != nil || res["status"] != Exited {
+		tb.Fatalf("wait: %v", res)
+	}
+	return returned.Sub(time.Unix(0, ns))
+}
+
+// TestWaitIsEventDriven: wait returns as the job exits, not on a polling
+// tick. The bound is loose on purpose (no timing assertions in tests); the
+// benchmark below reports the actual figure.
+func TestWaitIsEventDriven(t *testing.T) {
+	r := NewRegistry(time.Minute)
+	env := localEnv(t)
+	for i := 0; i < 3; i++ {
+		if d := exitToWait(t, r, env); d > time.Second {
+			t.Fatalf("wait returned %v after the job's last output", d)
+		}
+	}
+}
+
+// BenchmarkWaitAfterExit reports the time from a background job's exit to
+// the return of a wait on it (exit-to-wait-ms).
+func BenchmarkWaitAfterExit(b *testing.B) {
+	r := NewRegistry(time.Minute)
+	env := localEnv(b)
+	var total time.Duration
+	n := 0
+	for b.Loop() {
+		total += exitToWait(b, r, env)
+		n++
+	}
+	b.ReportMetric(float64(total)/float64(n)/1e6, "exit-to-wait-ms")
+}
+
+func TestFindByPrefix(t *testing.T) {
+	r := NewRegistry(time.Minute)
+	r.procs["proc_abcdef123456"] = &Proc{ID: "proc_abcdef123456", done: make(chan struct{})}
+	r.procs["proc_abcd00000000"] = &Proc{ID: "proc_abcd00000000", done: make(chan struct{})}
+	for id, want := range map[string]string{
+		"proc_abcdef123456": "proc_abcdef123456",
+		"abcdef123456":      "proc_abcdef123456",
+		"abcde":             "proc_abcdef123456",
+		"proc_abcd0":        "proc_abcd00000000",
+	} {
+		p, err := r.Find(id)
+		if err != nil || p.ID != want {
+			t.Errorf("Find(%q) = %v, %v; want %s", id, p, err, want)
+		}
+	}
+	for _, bad := range []string{"abcd", "abc", "ffff", ""} {
+		if _, err := r.Find(bad); err == nil {
+			t.Errorf("Find(%q) resolved; want not found (ambiguous, short or unknown)", bad)
+		}
+	}
+}
