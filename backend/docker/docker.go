@@ -61,8 +61,9 @@ type Backend struct {
 	sessionEnv map[string]string
 	log        *slog.Logger
 
-	diskOK    bool // the daemon accepts StorageOpt size
-	swapLimit bool // the daemon can pin swap to the memory limit
+	diskOK    bool  // the daemon accepts StorageOpt size
+	swapLimit bool  // the daemon can pin swap to the memory limit
+	copyMin   int64 // WriteFile declines smaller content (copyMinSize; tests lower it)
 
 	mu        sync.Mutex
 	id        string // current container id
@@ -99,6 +100,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		sessionEnv: forwardEnv(opts.Config.DockerForwardEnv, opts.Getenv),
 		log:        slog.Default().With("backend", Name, "key", sp.Key),
 		diskOK:     true,
+		copyMin:    copyMinSize,
 	}
 	if info, err := cli.Info(ctx, client.InfoOptions{}); err == nil {
 		b.swapLimit = info.Info.SwapLimit
@@ -198,23 +200,31 @@ func (b *Backend) Start(ctx context.Context, ps backend.ProcSpec) (backend.Proce
 		return p, err
 	}
 	b.log.Warn("docker: container gone or stopped, recovering", "container", id, "err", err)
+	if id, err = b.recover(ctx, id); err != nil {
+		return nil, err
+	}
+	return b.exec(ctx, id, ps)
+}
+
+// recover recreates or starts the container once it was found gone or
+// stopped while its id was id, and returns the id of the running container.
+// When another caller recovered it meanwhile, that container is returned.
+// Recreated then reports it.
+func (b *Backend) recover(ctx context.Context, id string) (string, error) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed {
-		b.mu.Unlock()
-		return nil, ErrClosed
+		return "", ErrClosed
 	}
 	if b.id == id { // nobody recovered it meanwhile
-		nid, rerr := b.ensure(ctx)
-		if rerr != nil {
-			b.mu.Unlock()
-			return nil, fmt.Errorf("docker: recover container %s: %w", b.spec.Name, rerr)
+		nid, err := b.ensure(ctx)
+		if err != nil {
+			return "", fmt.Errorf("docker: recover container %s: %w", b.spec.Name, err)
 		}
 		b.id = nid
 		b.recreated = true
 	}
-	id = b.id
-	b.mu.Unlock()
-	return b.exec(ctx, id, ps)
+	return b.id, nil
 }
 
 // ensure finds the environment's container by its labels and starts it if
