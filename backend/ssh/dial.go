@@ -271,7 +271,12 @@ type conn struct {
 	mu        sync.Mutex
 	closeWhy  error // set by the keep-alive loop or Close before closing
 	full      bool  // the server refused a session channel (MaxSessions)
-	nchannels int   // open channels
+	nchannels int   // open channels, the sftp channel included
+
+	sftpMu      sync.Mutex // serialises opening the sftp channel
+	sftp        *sftpChan  // the SFTP client on this connection, once opened
+	sftpRefused error      // set when the server refused the sftp subsystem
+	sftpUsers   int        // WriteFile calls using an sftp client of c
 }
 
 func (c *conn) alive() bool {

@@ -23,6 +23,11 @@
 //     recorded ("[host]:port" for ports other than 22, hashed when
 //     HashKnownHosts yes); a changed key is refused with HostKeyChangedError.
 //
+// File content for the file tools travels over SFTP (see Backend.WriteFile):
+// an "sftp" subsystem channel on the same connection, opened on first use
+// and kept. A server that refuses the subsystem is remembered per
+// connection, and the tools then move the bytes through the shell.
+//
 // The remote login shell must be POSIX-like (sh, bash, dash, ksh, zsh): the
 // backend sends "exec 2>&1; [cd DIR &&] exec ARGV..." as the remote command,
 // so the started process replaces the login shell, is the leader of its own
@@ -45,6 +50,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
@@ -87,6 +93,9 @@ type Backend struct {
 	mu     sync.Mutex
 	conns  []*conn // conns[0] is the main connection; others carry overflow
 	closed bool
+
+	sftpOpens  atomic.Int64 // SFTP clients opened (for tests)
+	sftpWrites atomic.Int64 // files written over SFTP (for tests)
 }
 
 var (

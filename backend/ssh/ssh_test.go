@@ -492,18 +492,28 @@ func TestReconnectAfterDrop(t *testing.T) {
 			_, err := io.Copy(io.Discard, sh1.r)
 			readErr <- err
 		}()
+		// Either the link dies under the channel (read and Wait fail), or
+		// the kill reaches the shell first and sshd still reports its
+		// death (exit-signal) and closes the channel cleanly before going
+		// down itself. Both are honest; a hang or a made-up success is not.
+		cleanEOF := false
 		select {
 		case err := <-readErr:
 			if err == nil {
-				t.Errorf("%s: Stdout ended with EOF, want an error", how)
+				cleanEOF = true
 			} else {
 				t.Logf("%s: Stdout error after %v: %v", how, time.Since(start).Round(time.Millisecond), err)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatalf("%s: Stdout read hangs after the connection died", how)
 		}
-		if _, err := sh1.p.Wait(); err == nil {
-			t.Errorf("%s: Wait returned no error", how)
+		code, werr := sh1.p.Wait()
+		switch {
+		case werr != nil:
+		case cleanEOF && code > 128:
+			t.Logf("%s: the shell's death was reported first (status %d)", how, code)
+		default:
+			t.Errorf("%s: Wait returned status %d and no error (clean EOF %v)", how, code, cleanEOF)
 		}
 		// The next Start redials.
 		if r := run(t, b, sh("echo again")); r.err != nil || r.out != "again\n" {

@@ -45,6 +45,7 @@ type Server struct {
 
 	hostKeyPath string
 	configPath  string
+	noSFTP      bool
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -61,9 +62,19 @@ func Available() error {
 	return nil
 }
 
+// Option configures the sshd that Start runs.
+type Option func(*Server)
+
+// WithoutSFTP runs sshd without a "Subsystem sftp" line, like a server that
+// offers no SFTP: it refuses every request for the sftp subsystem.
+func WithoutSFTP() Option {
+	return func(s *Server) { s.noSFTP = true }
+}
+
 // Start starts sshd and stops it (and every process it started that is still
-// in its process tree) in t.Cleanup.
-func Start(t testing.TB) *Server {
+// in its process tree) in t.Cleanup. By default sshd offers SFTP through
+// internal-sftp.
+func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	if err := Available(); err != nil {
 		if os.Getenv("CI") != "" {
@@ -85,6 +96,9 @@ func Start(t testing.TB) *Server {
 		hostKeyPath: filepath.Join(dir, "host_ed25519"),
 		configPath:  filepath.Join(dir, "sshd_config"),
 		log:         &syncBuffer{},
+	}
+	for _, o := range opts {
+		o(s)
 	}
 	if err := os.MkdirAll(filepath.Join(s.Home, ".ssh"), 0o700); err != nil {
 		t.Fatal(err)
@@ -231,6 +245,10 @@ func (s *Server) newHostKey() error {
 }
 
 func (s *Server) writeConfig() error {
+	sftp := "Subsystem sftp internal-sftp"
+	if s.noSFTP {
+		sftp = "# no Subsystem sftp"
+	}
 	cfg := strings.Join([]string{
 		"ListenAddress " + s.Addr(),
 		"HostKey " + s.hostKeyPath,
@@ -246,7 +264,7 @@ func (s *Server) writeConfig() error {
 		"PrintLastLog no",
 		"MaxStartups 100",
 		"LogLevel VERBOSE",
-		"Subsystem sftp internal-sftp",
+		sftp,
 		// Bash sources ~/.bashrc for commands run by sshd when it is a
 		// top-level shell (SHLVL < 2 after its increment). The test user's
 		// real dotfiles (here root's) must neither slow sessions down nor

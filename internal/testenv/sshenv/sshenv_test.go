@@ -76,3 +76,26 @@ func TestServerLifecycle(t *testing.T) {
 	}
 	dialServer(t, s).Close()
 }
+
+// sftpOffered reports whether the server accepts a request for the sftp
+// subsystem.
+func sftpOffered(t *testing.T, s *Server) bool {
+	t.Helper()
+	c := dialServer(t, s)
+	defer c.Close()
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	return sess.RequestSubsystem("sftp") == nil
+}
+
+func TestSFTPSubsystemOption(t *testing.T) {
+	if !sftpOffered(t, Start(t)) {
+		t.Error("default server refused the sftp subsystem")
+	}
+	if sftpOffered(t, Start(t, WithoutSFTP())) {
+		t.Error("WithoutSFTP server accepted the sftp subsystem")
+	}
+}
