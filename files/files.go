@@ -82,6 +82,9 @@ type FileWriter interface {
 	// WriteFile creates the file at the absolute path name inside the
 	// environment (its parent exists, the file does not) with permission
 	// bits perm before the umask, and fills it with size bytes read from r.
+	// It fails (leaving no file) unless exactly size bytes were written, so
+	// callers need not count them again. A path the API cannot serve is
+	// declined with an error wrapping backend.ErrUnsupported.
 	WriteFile(ctx context.Context, name string, r io.Reader, size int64, perm os.FileMode) error
 }
 

@@ -109,14 +109,15 @@ func TestFileWriterDecliningFallsBackToShell(t *testing.T) {
 	var asked atomic.Int64
 	env := localEnv(t, func(b backend.Backend) backend.Backend { return decliningWriter{b, &asked} })
 	path := filepath.Join(t.TempDir(), "f.txt")
-	if _, err := Write(context.Background(), env, path, "through the shell\n"); err != nil {
+	content := strings.Repeat("through the shell\n", 2000) // past the inline size
+	if _, err := Write(context.Background(), env, path, content); err != nil {
 		t.Fatalf("write with a declining FileWriter: %v", err)
 	}
 	if asked.Load() != 1 {
 		t.Fatalf("FileWriter asked %d times, want 1", asked.Load())
 	}
-	if b, err := os.ReadFile(path); err != nil || string(b) != "through the shell\n" {
-		t.Fatalf("file holds %q (%v)", b, err)
+	if b, err := os.ReadFile(path); err != nil || string(b) != content {
+		t.Fatalf("file holds %d bytes (%v), want %d", len(b), err, len(content))
 	}
 }
 

@@ -60,7 +60,9 @@ func Write(ctx context.Context, env *terminal.Env, path, content string) (WriteR
 	switch fw, ok := env.Backend().(FileWriter); {
 	case native(env):
 		res, err = writeNative(t, content)
-	case ok:
+	case ok && len(content) > sessionStdinMax:
+		// Small content rides the session in one round trip; a file API
+		// only pays off past that.
 		res, err = writeFileWriter(ctx, env, fw, t, content)
 		if errors.Is(err, backend.ErrUnsupported) {
 			res, err = writeShell(ctx, env, t, content)
@@ -260,7 +262,9 @@ func writeFileWriter(ctx context.Context, env *terminal.Env, fw FileWriter, t ta
 	if o == "-" {
 		o = ""
 	}
-	commit := fmt.Sprintf("exec 2>&1\np=%[2]s; t=%[3]s; m=%[4]s; o=%[5]s; new=%[6]s; check=1\n"+writeCommit,
+	// The FileWriter contract guarantees exactly size bytes, so the commit
+	// does not re-count them (busybox wc reads the whole file to do so).
+	commit := fmt.Sprintf("exec 2>&1\np=%[2]s; t=%[3]s; m=%[4]s; o=%[5]s; new=%[6]s; check=\n"+writeCommit,
 		tag, sq(real), sq(tmp), sq(m), sq(o), sq(r.fields[2]))
 	out, err = runScript(ctx, env, commit, nil, 64<<10)
 	if err != nil {
