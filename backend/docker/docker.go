@@ -115,6 +115,13 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		}
 	}
 
+	rctx, rcancel := context.WithTimeout(ctx, reapTimeout)
+	if removed, stopped, err := reapDeadOwners(rctx, cli, b.host); err != nil {
+		b.log.Warn("docker: cleaning up after a crashed berth failed", "err", err)
+	} else if len(removed)+len(stopped) > 0 {
+		b.log.Info("docker: cleaned up after a crashed berth", "removed", removed, "stopped_persistent", stopped)
+	}
+	rcancel()
 	lifetime := max(60, opts.Config.LifetimeSeconds)
 	if removed, err := pruneOrphans(ctx, cli, b.host, 2*time.Duration(lifetime)*time.Second); err != nil {
 		b.log.Warn("docker: orphan pruning failed", "err", err)

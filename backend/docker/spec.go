@@ -142,12 +142,16 @@ func buildSpec(opts backend.Options) (*spec, error) {
 
 // labels returns the labels of the container.
 func (s *spec) labels() map[string]string {
-	return map[string]string{
+	l := map[string]string{
 		LabelBerth:      "1",
 		LabelKey:        s.Key,
 		LabelConfig:     s.hash,
 		LabelPersistent: boolLabel(s.Persistent),
 	}
+	if o := currentOwner(); o != "" {
+		l[LabelOwner] = o
+	}
+	return l
 }
 
 // config returns the container and host configuration. withDisk adds the

@@ -1,0 +1,108 @@
+package docker
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+)
+
+// deadOwner returns the owner label of a process that has exited.
+func deadOwner(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	label := ownerOf(cmd.Process.Pid)
+	cmd.Process.Kill()
+	cmd.Wait()
+	if label == "" {
+		t.Fatal("no owner label for a live process")
+	}
+	return label
+}
+
+func TestOwnerLabels(t *testing.T) {
+	self := ownerOf(os.Getpid())
+	if self == "" || ownerGone(self) {
+		t.Fatalf("own label %q judged gone", self)
+	}
+	if dead := deadOwner(t); !ownerGone(dead) {
+		t.Fatalf("label of an exited process %q not judged gone", dead)
+	}
+	for _, other := range []string{"", "garbage", "other-boot-id/1/1", bootID() + "/x/1"} {
+		if ownerGone(other) {
+			t.Errorf("ownerGone(%q) = true; owners that cannot be judged must be kept", other)
+		}
+	}
+}
+
+// TestCrashedOwnersContainersCleaned: containers left running by a berth
+// that died without cleaning up are removed (throwaway) or stopped with
+// their volumes kept (persistent) when the next backend starts.
+func TestCrashedOwnersContainersCleaned(t *testing.T) {
+	cli := dockerenv.Require(t)
+	ctx := context.Background()
+	dead := deadOwner(t)
+	saved := currentOwner
+	currentOwner = func() string { return dead }
+	throwaway := testOptions(t, nil)
+	persistent := testOptions(t, func(c *config.Terminal) { c.ContainerPersistent = true })
+	var ids []string
+	for _, opts := range []struct {
+		name string
+		cfg  func() *Backend
+	}{
+		{"throwaway", func() *Backend { b, err := New(ctx, throwaway); must(t, err); return b }},
+		{"persistent", func() *Backend { b, err := New(ctx, persistent); must(t, err); return b }},
+	} {
+		b := opts.cfg()
+		if out, code := run(t, b, "true"); code != 0 {
+			t.Fatalf("%s: %q", opts.name, out)
+		}
+		ids = append(ids, b.ContainerID())
+		// No Close: the owner "crashed".
+	}
+	currentOwner = saved
+
+	next := newBackend(t, testOptions(t, nil)) // construction cleans up
+	_ = next
+	if _, err := cli.ContainerInspect(ctx, ids[0], client.ContainerInspectOptions{}); err == nil {
+		t.Errorf("throwaway container of the dead owner still exists")
+	}
+	ins, err := cli.ContainerInspect(ctx, ids[1], client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatalf("persistent container of the dead owner was removed: %v", err)
+	}
+	if ins.Container.State.Status != container.StateExited {
+		t.Errorf("persistent container of the dead owner is %s, want exited", ins.Container.State.Status)
+	}
+	// Reattaching the persistent key starts it again.
+	b, err := New(ctx, persistent)
+	must(t, err)
+	defer b.Close(context.Background())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if out, code := run(t, b, "echo back"); code == 0 && out == "back\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("persistent environment not usable after the cleanup")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
