@@ -9,6 +9,7 @@ package backendtest
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"strconv"
@@ -36,6 +37,16 @@ type Options struct {
 	// files; "" means /tmp.
 	Scratch string
 }
+
+// runTag makes the sleep durations the tests look for unique to this test
+// process: suites for different backends may run at once on one host (the
+// local and ssh suites both run their commands on this machine), and must
+// not count or kill each other's processes.
+var runTag = func() string {
+	var b [3]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%06d", (int(b[0])<<16|int(b[1])<<8|int(b[2]))%1000000)
+}()
 
 // Suite holds what the tests share.
 type Suite struct {
@@ -323,7 +334,7 @@ func (s *Suite) testTimeoutKillsTree(t *testing.T) {
 	e := s.env(t)
 	expect(t, e, cmd("export KEPT=1; cd /"), "", 0)
 	start := time.Now()
-	r := run(t, e, terminal.Request{Command: "echo started; sleep 1001 & sh -c 'sleep 1001 & sleep 1001'; sleep 1001", Timeout: 1})
+	r := run(t, e, terminal.Request{Command: "echo started; sleep 1001" + runTag + " & sh -c 'sleep 1001" + runTag + " & sleep 1001" + runTag + "'; sleep 1001" + runTag, Timeout: 1})
 	elapsed := time.Since(start)
 	want := "started\n[Command timed out after 1s]"
 	if r.Output != want || r.ExitCode != 124 {
@@ -332,15 +343,15 @@ func (s *Suite) testTimeoutKillsTree(t *testing.T) {
 	if limit := time.Second + s.opts.Grace + time.Second; elapsed > limit {
 		t.Errorf("timeout call took %v, want under %v", elapsed, limit)
 	}
-	expect(t, e, cmd(countProcs("sleep 1001")), "0", 0)
+	expect(t, e, cmd(countProcs("sleep 1001"+runTag)), "0", 0)
 	expect(t, e, cmd("echo $KEPT; pwd"), "1\n/", 0)
 
 	// A command that ignores TERM is killed after the grace period.
-	r = run(t, e, terminal.Request{Command: "trap '' TERM; sh -c \"trap '' TERM; sleep 1002\" & sleep 1002", Timeout: 1})
+	r = run(t, e, terminal.Request{Command: "trap '' TERM; sh -c \"trap '' TERM; sleep 1002" + runTag + "\" & sleep 1002" + runTag, Timeout: 1})
 	if r.ExitCode != 124 {
 		t.Fatalf("TERM-ignoring command: exit %d, want 124", r.ExitCode)
 	}
-	expect(t, e, cmd(countProcs("sleep 1002")), "0", 0)
+	expect(t, e, cmd(countProcs("sleep 1002"+runTag)), "0", 0)
 }
 
 func (s *Suite) testTimeoutBuiltinLoop(t *testing.T) {
@@ -357,23 +368,24 @@ func (s *Suite) testInterrupt(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(500 * time.Millisecond); cancel() }()
 	start := time.Now()
-	r := e.Run(ctx, terminal.Request{Command: "echo begin; sleep 1003", Timeout: 60})
+	r := e.Run(ctx, terminal.Request{Command: "echo begin; sleep 1003" + runTag, Timeout: 60})
 	if r.Output != "begin\n[Command interrupted]" || r.ExitCode != 130 {
 		t.Fatalf("interrupt: got %q exit %d", r.Output, r.ExitCode)
 	}
 	if d := time.Since(start); d > 500*time.Millisecond+s.opts.Grace+2*time.Second {
 		t.Errorf("interrupt took %v", d)
 	}
-	expect(t, e, cmd(countProcs("sleep 1003")), "0", 0)
+	expect(t, e, cmd(countProcs("sleep 1003"+runTag)), "0", 0)
 	expect(t, e, cmd("echo alive"), "alive", 0)
 }
 
 func (s *Suite) testDetached(t *testing.T) {
 	e := s.env(t)
 	t.Cleanup(func() {
-		e.Run(context.Background(), cmd(`for f in /proc/[0-9]*/cmdline; do case "$(tr '\000' ' ' 2>/dev/null <"$f")" in *"sleep 100"[45]*) p=${f#/proc/}; kill -9 ${p%/cmdline};; esac; done 2>/dev/null; true`))
+		e.Run(context.Background(), cmd(killByCmdline("sleep 1004"+runTag)))
+		e.Run(context.Background(), cmd(killByCmdline("sleep 1005"+runTag)))
 	})
-	for _, c := range []string{"setsid sleep 1004 & disown", "cd / && sleep 1005 &", "sleep 1004 &"} {
+	for _, c := range []string{"setsid sleep 1004" + runTag + " & disown", "cd / && sleep 1005" + runTag + " &", "sleep 1004" + runTag + " &"} {
 		start := time.Now()
 		r := run(t, e, terminal.Request{Command: c, Timeout: 20})
 		if r.ExitCode != 0 {

@@ -128,7 +128,7 @@ func (s *Suite) testBackgroundState(t *testing.T) {
 
 func (s *Suite) testBackgroundSessionFree(t *testing.T) {
 	m, _ := s.mgr(t, 0)
-	r := start(t, m, terminal.Request{Command: "sleep 1007"})
+	r := start(t, m, terminal.Request{Command: "sleep 1007" + runTag})
 	begin := time.Now()
 	fg := m.Run(context.Background(), "k", terminal.Request{Command: "echo free"})
 	if fg.Output != "free" || time.Since(begin) > 5*time.Second {
@@ -141,12 +141,12 @@ func (s *Suite) testBackgroundSessionFree(t *testing.T) {
 
 func (s *Suite) testBackgroundChildHoldsPipe(t *testing.T) {
 	m, _ := s.mgr(t, 0)
-	r := start(t, m, terminal.Request{Command: "sh -c '(sleep 1008) & exit 0'"})
+	r := start(t, m, terminal.Request{Command: "sh -c '(sleep 1008" + runTag + ") & exit 0'"})
 	w := m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 5})
 	if w["status"] != process.Exited {
 		t.Fatalf("process whose child holds the output: %v, want exited", w)
 	}
-	m.Run(context.Background(), "k", terminal.Request{Command: killByCmdline("sleep 1008")})
+	m.Run(context.Background(), "k", terminal.Request{Command: killByCmdline("sleep 1008" + runTag)})
 }
 
 // killByCmdline is a command that kills every process whose command line
@@ -184,7 +184,7 @@ func (s *Suite) testBackgroundStdin(t *testing.T) {
 
 func (s *Suite) testBackgroundKill(t *testing.T) {
 	m, _ := s.mgr(t, 0)
-	r := start(t, m, terminal.Request{Command: "sleep 1009 & sh -c 'sleep 1009'; sleep 1009"})
+	r := start(t, m, terminal.Request{Command: "sleep 1009" + runTag + " & sh -c 'sleep 1009" + runTag + "'; sleep 1009" + runTag})
 	time.Sleep(300 * time.Millisecond)
 	if k := do(m, r.SessionID, "kill"); k["status"] != "killed" {
 		t.Fatalf("kill: %v", k)
@@ -192,7 +192,7 @@ func (s *Suite) testBackgroundKill(t *testing.T) {
 	if p := do(m, r.SessionID, "poll"); p["status"] != process.Exited {
 		t.Fatalf("poll after kill: %v", p)
 	}
-	fg := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("sleep 1009")})
+	fg := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("sleep 1009" + runTag)})
 	if fg.Output != "0" {
 		t.Fatalf("%s processes of the killed tree still running", fg.Output)
 	}
@@ -305,7 +305,7 @@ func (s *Suite) testIdleSweep(t *testing.T) {
 	if r := m.Run(ctx, "idle", terminal.Request{Command: "true"}); r.Error != nil {
 		t.Fatal(*r.Error)
 	}
-	busy := m.Background(ctx, "busy", terminal.Request{Command: "sleep 1010", Background: true})
+	busy := m.Background(ctx, "busy", terminal.Request{Command: "sleep 1010" + runTag, Background: true})
 	if busy.Error != nil {
 		t.Fatal(*busy.Error)
 	}

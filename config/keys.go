@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/a55dbaac/berth/internal/textdist"
 )
 
 // valueKind is the type of a configuration value.
@@ -167,9 +169,9 @@ func lookupKey(name string) (*keyInfo, error) {
 func suggest(name string, candidates []string, prefix string) string {
 	best, bestD := "", math.MaxInt
 	for _, c := range candidates {
-		d := editDistance(name, c)
+		d := textdist.Levenshtein(name, c)
 		if short, ok := strings.CutPrefix(c, prefix); ok {
-			d = min(d, editDistance(strings.TrimPrefix(name, prefix), short))
+			d = min(d, textdist.Levenshtein(strings.TrimPrefix(name, prefix), short))
 		}
 		if d < bestD {
 			best, bestD = c, d
@@ -190,27 +192,6 @@ func suggest(name string, candidates []string, prefix string) string {
 		}
 	}
 	return ""
-}
-
-// editDistance is the Levenshtein distance of a and b (bytes).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // parseBool accepts true/false/1/0/yes/no/on/off in any case.

@@ -122,19 +122,7 @@ func readAll(ctx context.Context, env *terminal.Env, t target) (string, error) {
 		}
 	} else {
 		tag := newTag()
-		script := fmt.Sprintf(`p=%[2]s; d=%[3]s
-if [ -d "$p" ]; then printf '\n%%s isdir\n' %[1]s
-elif [ ! -e "$p" ]; then
-  if [ -d "$d" ]; then
-    printf '\n%%s missing\n' %[1]s
-    for f in "$d"/* "$d"/.[!.]* "$d"/..?*; do
-      if [ -e "$f" ] || [ -L "$f" ]; then printf '%%s\000' "${f##*/}"; fi
-    done
-  else printf '\n%%s nodir\n' %[1]s; fi
-elif [ ! -f "$p" ]; then printf '\n%%s special\n' %[1]s
-elif [ ! -r "$p" ]; then printf '\n%%s noperm\n' %[1]s
-else
-  s=$(( $(command wc -c <"$p") ))
+		script := fmt.Sprintf(probeScript+`  s=$(( $(command wc -c <"$p") ))
   if [ "$s" -gt %[4]d ]; then printf '\n%%s big %%s\n' %[1]s "$s"
   else printf '\n%%s ok %%s\n' %[1]s "$s"; command cat "$p"; fi
 fi`, tag, t.word(), t.dir().word(), MaxWriteBytes)

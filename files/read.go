@@ -212,7 +212,10 @@ func scanLines(r *bufio.Reader, offset, limit int) ([][]byte, int, error) {
 // "\nTAG slice" and the selected lines cut at maxLineBytes. A missing file
 // prints "missing" and the names in its directory, NUL-terminated. It
 // starts as few processes as it can: forks are what a read costs.
-const readScript = `p=%[2]s; d=%[3]s
+// probeScript starts every script that reads an existing file: it answers
+// isdir, missing (with the names in the directory, NUL-terminated), nodir,
+// special or noperm, and leaves the "else" branch open for the reader.
+const probeScript = `p=%[2]s; d=%[3]s
 if [ -d "$p" ]; then printf '\n%%s isdir\n' %[1]s
 elif [ ! -e "$p" ]; then
   if [ -d "$d" ]; then
@@ -224,7 +227,9 @@ elif [ ! -e "$p" ]; then
 elif [ ! -f "$p" ]; then printf '\n%%s special\n' %[1]s
 elif [ ! -r "$p" ]; then printf '\n%%s noperm\n' %[1]s
 else
-  set -- $(command wc -lc <"$p")
+`
+
+const readScript = probeScript + `  set -- $(command wc -lc <"$p")
   printf '\n%%s ok %%s %%s\n' %[1]s "$1" "$2"
   if [ "$2" -gt %[6]d ]; then command tail -c 1 <"$p"; fi
   printf '\n%%s sample\n' %[1]s

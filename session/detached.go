@@ -73,13 +73,8 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 	if workdir != "" {
 		dir = workdir
 	}
-	switch {
-	case dir == "~":
-		pre.WriteString("cd \"$HOME\" || exit 1\n")
-	case strings.HasPrefix(dir, "~/"):
-		pre.WriteString("cd \"$HOME\"/" + quote(dir[2:]) + " || exit 1\n")
-	case dir != "":
-		pre.WriteString("cd -- " + quote(dir) + " || exit 1\n")
+	if dir != "" {
+		pre.WriteString(cdLine(dir, false) + " || exit 1\n")
 	}
 	// The command runs in a subshell so that exit, exec or set -e in it
 	// cannot skip the exit frame printed after it.

@@ -199,3 +199,20 @@ func graceTenths(seconds float64) string {
 	}
 	return strconv.Itoa(t)
 }
+
+// cdLine returns a shell line that changes to dir, expanding "~" and "~/x"
+// in the target (its $HOME), through cd (which may fail) or through the
+// nearest-existing-parent fallback when fallback is set.
+func cdLine(dir string, fallback bool) string {
+	cd := "cd -- "
+	if fallback {
+		cd = "__berth_cd "
+	}
+	switch {
+	case dir == "~":
+		return cd + "\"$HOME\""
+	case strings.HasPrefix(dir, "~/"):
+		return cd + "\"$HOME\"/" + quote(dir[2:])
+	}
+	return cd + quote(dir)
+}

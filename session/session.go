@@ -235,13 +235,8 @@ func (s *Session) ensure(ctx context.Context) error {
 		}
 		target = s.cwd
 	}
-	switch {
-	case target == "~":
-		script.WriteString("__berth_cd \"$HOME\"\n")
-	case strings.HasPrefix(target, "~/"):
-		script.WriteString("__berth_cd \"$HOME\"/" + quote(target[2:]) + "\n")
-	case target != "":
-		script.WriteString("__berth_cd " + quote(target) + "\n")
+	if target != "" {
+		script.WriteString(cdLine(target, true) + "\n")
 	}
 	n := nonce()
 	script.WriteString("command printf '\\n" + markerPrefix + "%s_%s\\000%s\\000%s\\000' " + n + " \"$$\" \"$PWD\" \"${BASH_VERSION:+bash}\"\n")
