@@ -98,6 +98,7 @@ type shell struct {
 	pid    string
 	bash   bool          // bash rather than POSIX sh
 	chunks chan []byte   // output chunks; closed at EOF
+	rerr   error         // why the output ended; valid once chunks is closed
 	done   chan struct{} // closed when the process has exited
 	code   int           // exit status, valid after done
 	err    error         // Wait error, valid after done
@@ -282,6 +283,7 @@ func (sh *shell) read() {
 			sh.chunks <- buf[:n]
 		}
 		if err != nil {
+			sh.rerr = err
 			return
 		}
 	}
@@ -418,19 +420,24 @@ const drainWindow = 200 * time.Millisecond
 // error, and the next command starts a fresh shell with state restored.
 func (s *Session) shellEnded(sh *shell, fr *framer, out io.Writer) (Result, error) {
 	<-sh.done
-	s.drain(sh, fr, out)
+	broken := s.drain(sh, fr, out)
 	s.release(sh)
 	s.sh = nil
-	if sh.err != nil {
+	// A status the backend could not learn, or an output stream that broke
+	// rather than ended (a dropped connection, even when the shell's death
+	// was reported just before), means the shell was lost, not that the
+	// command chose to end it.
+	if lost := errors.Join(sh.err, broken); lost != nil {
 		return Result{ExitCode: -1, Cwd: s.cwd, ShellExited: true},
-			fmt.Errorf("session: lost the shell on %s while the command ran (its outcome is unknown; the next command starts a new shell with cwd and exported variables restored): %w", s.be.Name(), sh.err)
+			fmt.Errorf("session: lost the shell on %s while the command ran (its outcome is unknown; the next command starts a new shell with cwd and exported variables restored): %w", s.be.Name(), lost)
 	}
 	return Result{ExitCode: sh.code, Cwd: s.cwd, ShellExited: true}, nil
 }
 
 // drain copies what is left of the output after the shell exited, for at
-// most drainWindow.
-func (s *Session) drain(sh *shell, fr *framer, out io.Writer) {
+// most drainWindow. It reports how the output ended when it did (nil for a
+// clean EOF or when it did not end in time).
+func (s *Session) drain(sh *shell, fr *framer, out io.Writer) (broken error) {
 	t := time.NewTimer(drainWindow)
 	defer t.Stop()
 	for {
@@ -438,14 +445,17 @@ func (s *Session) drain(sh *shell, fr *framer, out io.Writer) {
 		case chunk, ok := <-sh.chunks:
 			if !ok {
 				fr.flush(out)
-				return
+				if sh.rerr != nil && !errors.Is(sh.rerr, io.EOF) {
+					return sh.rerr
+				}
+				return nil
 			}
 			if fr.feed(chunk, out) {
-				return
+				return nil
 			}
 		case <-t.C:
 			fr.flush(out)
-			return
+			return nil
 		}
 	}
 }
