@@ -200,47 +200,18 @@ func (b *Backend) isMain(c *conn) bool {
 }
 
 // sftpClient returns the SFTP client of a live connection, opening it when
-// there is none. Like Start, it uses another connection when the server
-// refuses more session channels and redials once when the connection turns
-// out to be dead.
+// there is none, with the same retry policy as Start (onConn).
 // Every successful call must be paired with sftpDone.
 func (b *Backend) sftpClient(ctx context.Context) (*conn, *sftpChan, error) {
-	redialed := false
-	for tries := 0; ; tries++ {
-		c, err := b.pick(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		sc, err := b.sftpOn(ctx, c)
-		if err == nil {
-			return c, sc, nil
-		}
-		if errors.Is(err, backend.ErrUnsupported) {
-			return nil, nil, err
-		}
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
-		}
-		var oce *gossh.OpenChannelError
-		if errors.As(err, &oce) && tries < maxConns {
-			c.mu.Lock()
-			c.full = true
-			c.mu.Unlock()
-			continue
-		}
-		select {
-		case <-c.done:
-		case <-time.After(200 * time.Millisecond):
-		}
-		if !c.alive() && !redialed {
-			redialed = true
-			continue
-		}
-		if !c.alive() {
-			return nil, nil, &backend.UnreachableError{Backend: Name, Target: b.t.addr(), Err: c.deathError()}
-		}
+	var sc *sftpChan
+	c, err := b.onConn(ctx, func(err error) error { return err }, func(c *conn) (err error) {
+		sc, err = b.sftpOn(ctx, c)
+		return err
+	})
+	if err != nil {
 		return nil, nil, err
 	}
+	return c, sc, nil
 }
 
 type subsystemRequest struct {

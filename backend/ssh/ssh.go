@@ -151,18 +151,41 @@ func (b *Backend) Start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 	if err != nil {
 		return nil, err
 	}
+	var p backend.Process
+	wrap := func(err error) error {
+		return fmt.Errorf("ssh backend: start %q on %s: %w", spec.Argv[0], b.t, err)
+	}
+	_, err = b.onConn(ctx, wrap, func(c *conn) (err error) {
+		p, err = b.startOn(ctx, c, cmd, spec.TTY)
+		return err
+	})
+	return p, err
+}
+
+// onConn runs open (which opens a channel) on a live connection, with the
+// backend's retry policy: when the server refuses another session channel
+// (MaxSessions) it marks that connection full and tries another one, up to
+// maxConns; when the connection turns out to be dead it redials once. A
+// capability the server declines (backend.ErrUnsupported) and a cancelled
+// ctx end the attempt at once; a connection that stays dead is an
+// *backend.UnreachableError. wrap adds the caller's context to the
+// cancellation error and to open's last error.
+func (b *Backend) onConn(ctx context.Context, wrap func(error) error, open func(*conn) error) (*conn, error) {
 	redialed := false
 	for tries := 0; ; tries++ {
 		c, err := b.pick(ctx)
 		if err != nil {
 			return nil, err
 		}
-		p, err := b.startOn(ctx, c, cmd, spec.TTY)
+		err = open(c)
 		if err == nil {
-			return p, nil
+			return c, nil
+		}
+		if errors.Is(err, backend.ErrUnsupported) {
+			return nil, err
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("ssh backend: start %q on %s: %w", spec.Argv[0], b.t, ctx.Err())
+			return nil, wrap(ctx.Err())
 		}
 		var oce *gossh.OpenChannelError
 		if errors.As(err, &oce) && tries < maxConns {
@@ -185,7 +208,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 		if !c.alive() {
 			return nil, &backend.UnreachableError{Backend: Name, Target: b.t.addr(), Err: c.deathError()}
 		}
-		return nil, fmt.Errorf("ssh backend: start %q on %s: %w", spec.Argv[0], b.t, err)
+		return nil, wrap(err)
 	}
 }
 
