@@ -28,8 +28,6 @@ package files
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +39,8 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backend/local"
+	"github.com/a55dbaac/berth/internal/randhex"
+	"github.com/a55dbaac/berth/internal/shellword"
 	"github.com/a55dbaac/berth/session"
 	"github.com/a55dbaac/berth/terminal"
 )
@@ -154,9 +154,9 @@ func (t target) word() string {
 		if t.rel == "" {
 			return `"$HOME"`
 		}
-		return `"$HOME"/` + sq(t.rel)
+		return `"$HOME"/` + shellword.Quote(t.rel)
 	}
-	return sq(t.rel)
+	return shellword.Quote(t.rel)
 }
 
 // dir is the parent directory.
@@ -196,19 +196,10 @@ func (t target) hostPath() (string, error) {
 	return filepath.Join(home, filepath.FromSlash(t.rel)), nil
 }
 
-// sq quotes s as a single shell word.
-func sq(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
 // newTag returns a random marker that no file content or stray output can
 // contain by accident.
 func newTag() string {
-	var b [10]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("files: crypto/rand failed: " + err.Error())
-	}
-	return "BERTHF" + hex.EncodeToString(b[:])
+	return "BERTHF" + randhex.String(10)
 }
 
 // capWriter keeps at most max bytes and remembers that it overflowed.

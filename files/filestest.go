@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a55dbaac/berth/internal/shellword"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -90,7 +91,7 @@ func (c *conf) scratch(t *testing.T) string {
 	t.Helper()
 	dir := strings.TrimSpace(c.sh(t, "mktemp -d /tmp/berth-files.XXXXXX"))
 	t.Cleanup(func() {
-		c.env.Run(context.Background(), terminal.Request{Command: "rm -rf " + sq(dir), Timeout: 60})
+		c.env.Run(context.Background(), terminal.Request{Command: "rm -rf " + shellword.Quote(dir), Timeout: 60})
 	})
 	return dir
 }
@@ -116,7 +117,7 @@ func (c *conf) read(t *testing.T, p string, offset, limit int) ReadResult {
 // sum is the SHA-256 of a file inside the environment.
 func (c *conf) sum(t *testing.T, p string) string {
 	t.Helper()
-	return strings.Fields(c.sh(t, "sha256sum <"+sq(p)))[0]
+	return strings.Fields(c.sh(t, "sha256sum <"+shellword.Quote(p)))[0]
 }
 
 func sha(s string) string {
@@ -146,7 +147,7 @@ func numbered(from int, lines ...string) string {
 
 func (c *conf) testReadNumbered(t *testing.T) {
 	d := c.scratch(t)
-	c.sh(t, "printf 'alpha\\nbeta\\n\\ngamma\\n' >"+sq(d+"/a.txt"))
+	c.sh(t, "printf 'alpha\\nbeta\\n\\ngamma\\n' >"+shellword.Quote(d+"/a.txt"))
 	r := c.read(t, d+"/a.txt", 0, 0)
 	if want := numbered(1, "alpha", "beta", "", "gamma"); r.Content != want {
 		t.Fatalf("content %q, want %q", r.Content, want)
@@ -159,7 +160,7 @@ func (c *conf) testReadNumbered(t *testing.T) {
 func (c *conf) testReadOffsetLimit(t *testing.T) {
 	d := c.scratch(t)
 	p := d + "/n.txt"
-	c.sh(t, "i=1; while [ $i -le 2500 ]; do echo line$i; i=$((i+1)); done >"+sq(p))
+	c.sh(t, "i=1; while [ $i -le 2500 ]; do echo line$i; i=$((i+1)); done >"+shellword.Quote(p))
 	r := c.read(t, p, 3, 4)
 	if want := numbered(3, "line3", "line4", "line5", "line6"); r.Content != want {
 		t.Fatalf("content %q, want %q", r.Content, want)
@@ -290,13 +291,13 @@ func (c *conf) testReadDir(t *testing.T) {
 func (c *conf) testTilde(t *testing.T) {
 	sub := ".berth-files-" + newTag()[6:14]
 	t.Cleanup(func() {
-		c.env.Run(context.Background(), terminal.Request{Command: `rm -rf "$HOME"/` + sq(sub), Timeout: 60})
+		c.env.Run(context.Background(), terminal.Request{Command: `rm -rf "$HOME"/` + shellword.Quote(sub), Timeout: 60})
 	})
 	r := c.write(t, "~/"+sub+"/t.txt", "home sweet home\n")
 	if r.Path != "~/"+sub+"/t.txt" || !r.Created {
 		t.Fatalf("write result %+v", r)
 	}
-	if got := c.sh(t, `cat "$HOME"/`+sq(sub+"/t.txt")); got != "home sweet home" {
+	if got := c.sh(t, `cat "$HOME"/`+shellword.Quote(sub+"/t.txt")); got != "home sweet home" {
 		t.Fatalf("file in $HOME holds %q", got)
 	}
 	if rr := c.read(t, "~/"+sub+"/t.txt", 0, 0); rr.Content != numbered(1, "home sweet home") {
@@ -314,13 +315,13 @@ func (c *conf) testTilde(t *testing.T) {
 func (c *conf) testRelative(t *testing.T) {
 	d := c.scratch(t)
 	before := strings.TrimSpace(c.sh(t, "pwd"))
-	c.sh(t, "cd "+sq(d))
-	t.Cleanup(func() { c.env.Run(context.Background(), terminal.Request{Command: "cd " + sq(before)}) })
+	c.sh(t, "cd "+shellword.Quote(d))
+	t.Cleanup(func() { c.env.Run(context.Background(), terminal.Request{Command: "cd " + shellword.Quote(before)}) })
 	r := c.write(t, "sub/rel.txt", "relative\n")
 	if r.Path != d+"/sub/rel.txt" {
 		t.Fatalf("relative write resolved to %q, want %q", r.Path, d+"/sub/rel.txt")
 	}
-	if got := c.sh(t, "cat "+sq(d+"/sub/rel.txt")); got != "relative" {
+	if got := c.sh(t, "cat "+shellword.Quote(d+"/sub/rel.txt")); got != "relative" {
 		t.Fatalf("file holds %q", got)
 	}
 	if rr := c.read(t, "sub/rel.txt", 0, 0); rr.Content != numbered(1, "relative") {
@@ -338,18 +339,18 @@ func (c *conf) testRelative(t *testing.T) {
 func (c *conf) testWriteMode(t *testing.T) {
 	d := c.scratch(t)
 	p := d + "/script.sh"
-	c.sh(t, "echo old >"+sq(p)+" && chmod 751 "+sq(p))
+	c.sh(t, "echo old >"+shellword.Quote(p)+" && chmod 751 "+shellword.Quote(p))
 	r := c.write(t, p, "#!/bin/sh\necho new\n")
 	if r.Created || r.BytesWritten != 19 {
 		t.Fatalf("result %+v: want created false, 19 bytes", r)
 	}
-	if m := strings.TrimSpace(c.sh(t, "stat -c %a "+sq(p))); m != "751" {
+	if m := strings.TrimSpace(c.sh(t, "stat -c %a "+shellword.Quote(p))); m != "751" {
 		t.Fatalf("mode %s after write, want 751", m)
 	}
-	if got := c.sh(t, "ls -A "+sq(d)); got != "script.sh" {
+	if got := c.sh(t, "ls -A "+shellword.Quote(d)); got != "script.sh" {
 		t.Fatalf("directory holds %q after write; want only script.sh (no temporary files)", got)
 	}
-	if got := c.sh(t, sq(p)); got != "new" {
+	if got := c.sh(t, shellword.Quote(p)); got != "new" {
 		t.Fatalf("script prints %q", got)
 	}
 }
@@ -361,7 +362,7 @@ func (c *conf) testWriteNewMode(t *testing.T) {
 	var u int
 	fmt.Sscanf(umask, "%o", &u)
 	want := fmt.Sprintf("%o", 0o666&^u)
-	if m := strings.TrimSpace(c.sh(t, "stat -c %a "+sq(d+"/new.txt"))); m != want {
+	if m := strings.TrimSpace(c.sh(t, "stat -c %a "+shellword.Quote(d+"/new.txt"))); m != want {
 		t.Fatalf("new file mode %s, want %s (0666 with umask %s)", m, want, umask)
 	}
 }
@@ -372,19 +373,19 @@ func (c *conf) testWriteParents(t *testing.T) {
 	if !r.Created || r.Path != d+"/a/b/c/deep.txt" {
 		t.Fatalf("result %+v", r)
 	}
-	if got := c.sh(t, "cat "+sq(d+"/a/b/c/deep.txt")); got != "deep" {
+	if got := c.sh(t, "cat "+shellword.Quote(d+"/a/b/c/deep.txt")); got != "deep" {
 		t.Fatalf("file holds %q", got)
 	}
 }
 
 func (c *conf) testWriteSymlink(t *testing.T) {
 	d := c.scratch(t)
-	c.sh(t, "cd "+sq(d)+" && echo old >real.txt && ln -s real.txt link.txt && cd /")
+	c.sh(t, "cd "+shellword.Quote(d)+" && echo old >real.txt && ln -s real.txt link.txt && cd /")
 	c.write(t, d+"/link.txt", "via link\n")
-	if got := c.sh(t, "cat "+sq(d+"/real.txt")); got != "via link" {
+	if got := c.sh(t, "cat "+shellword.Quote(d+"/real.txt")); got != "via link" {
 		t.Fatalf("link target holds %q", got)
 	}
-	c.sh(t, "test -L "+sq(d+"/link.txt"))
+	c.sh(t, "test -L "+shellword.Quote(d+"/link.txt"))
 }
 
 func (c *conf) testWriteExact(t *testing.T) {
@@ -432,7 +433,7 @@ func (c *conf) testWriteTooLarge(t *testing.T) {
 	d := c.scratch(t)
 	_, err := Write(ctxT(t), c.env, d+"/huge", strings.Repeat("x", MaxWriteBytes+1))
 	wantErr(t, err, "at most 50.0 MiB")
-	c.sh(t, "test ! -e "+sq(d+"/huge"))
+	c.sh(t, "test ! -e "+shellword.Quote(d+"/huge"))
 }
 
 func (c *conf) testNotInterpreted(t *testing.T) {
@@ -441,7 +442,7 @@ func (c *conf) testNotInterpreted(t *testing.T) {
 	c.write(t, d+"/evil.txt", content)
 	big := strings.Repeat(content, sessionStdinMax/len(content)+2)
 	c.write(t, d+"/evil-big.txt", big)
-	if got := c.sh(t, "ls "+sq(d)); got != "evil-big.txt\nevil.txt" {
+	if got := c.sh(t, "ls "+shellword.Quote(d)); got != "evil-big.txt\nevil.txt" {
 		t.Fatalf("directory holds %q: content was interpreted", got)
 	}
 	if c.sum(t, d+"/evil.txt") != sha(content) || c.sum(t, d+"/evil-big.txt") != sha(big) {
@@ -552,14 +553,14 @@ func (c *conf) testPatchAmbiguous(t *testing.T) {
 func (c *conf) testPatchMode(t *testing.T) {
 	d := c.scratch(t)
 	p := d + "/run.sh"
-	c.sh(t, "printf '#!/bin/sh\\necho one\\n' >"+sq(p)+" && chmod 700 "+sq(p))
+	c.sh(t, "printf '#!/bin/sh\\necho one\\n' >"+shellword.Quote(p)+" && chmod 700 "+shellword.Quote(p))
 	if _, err := Patch(ctxT(t), c.env, p, "one", "two", false); err != nil {
 		t.Fatal(err)
 	}
-	if m := strings.TrimSpace(c.sh(t, "stat -c %a "+sq(p))); m != "700" {
+	if m := strings.TrimSpace(c.sh(t, "stat -c %a "+shellword.Quote(p))); m != "700" {
 		t.Fatalf("mode %s after patch, want 700", m)
 	}
-	if got := c.sh(t, sq(p)); got != "two" {
+	if got := c.sh(t, shellword.Quote(p)); got != "two" {
 		t.Fatalf("script prints %q", got)
 	}
 }
@@ -572,7 +573,7 @@ func (c *conf) testPatchCRLF(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := c.sum(t, p); got != sha("uno\r\ndos\r\nthree\r\n") {
-		t.Fatalf("CRLF patch: content %q", c.sh(t, "od -c "+sq(p)))
+		t.Fatalf("CRLF patch: content %q", c.sh(t, "od -c "+shellword.Quote(p)))
 	}
 }
 
@@ -648,7 +649,7 @@ func (c *conf) testSearchContext(t *testing.T) {
 
 func (c *conf) testSearchPagination(t *testing.T) {
 	d := c.scratch(t)
-	c.sh(t, "i=1; while [ $i -le 120 ]; do echo hit $i; i=$((i+1)); done >"+sq(d+"/many.txt"))
+	c.sh(t, "i=1; while [ $i -le 120 ]; do echo hit $i; i=$((i+1)); done >"+shellword.Quote(d+"/many.txt"))
 	s, err := Search(ctxT(t), c.env, "hit", d, "content", "", 0, 0, 0)
 	if err != nil || s.Total != 120 || len(s.Matches) != DefaultSearchLimit || !s.Truncated || !strings.Contains(s.Hint, "offset=50") {
 		t.Fatalf("first page: total %d, %d shown, truncated %v, hint %q, err %v", s.Total, len(s.Matches), s.Truncated, s.Hint, err)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/a55dbaac/berth/internal/shellword"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -199,12 +200,12 @@ func searchContent(ctx context.Context, env *terminal.Env, root target, pattern,
 	}
 	rgGlob, gnuGlob := "", ""
 	if fileGlob != "" && !strings.Contains(fileGlob, "/") {
-		rgGlob = " --glob " + sq(fileGlob)
+		rgGlob = " --glob " + shellword.Quote(fileGlob)
 		if !strings.ContainsAny(fileGlob, "{}") {
-			gnuGlob = " --include=" + sq(fileGlob)
+			gnuGlob = " --include=" + shellword.Quote(fileGlob)
 		}
 	}
-	pat := sq(pattern)
+	pat := shellword.Quote(pattern)
 	rg := "command rg --no-config --color never --sort path --no-heading --with-filename --line-number --null" + ctxArg + rgGlob + " -e " + pat + ` -- "$r"`
 	gnu := "command grep -rnHIZE" + ctxArg + " --exclude-dir=.git --exclude-dir=node_modules" + gnuGlob + " -e " + pat + ` -- "$r"`
 	grep := "command grep -rnHE" + ctxArg + " -e " + pat + ` "$r"`

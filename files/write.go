@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/internal/shellword"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -265,7 +266,7 @@ func writeFileWriter(ctx context.Context, env *terminal.Env, fw FileWriter, t ta
 	// The FileWriter contract guarantees exactly size bytes, so the commit
 	// does not re-count them (busybox wc reads the whole file to do so).
 	commit := fmt.Sprintf("exec 2>&1\np=%[2]s; t=%[3]s; m=%[4]s; o=%[5]s; new=%[6]s; check=\n"+writeCommit,
-		tag, sq(real), sq(tmp), sq(m), sq(o), sq(r.fields[2]))
+		tag, shellword.Quote(real), shellword.Quote(tmp), shellword.Quote(m), shellword.Quote(o), shellword.Quote(r.fields[2]))
 	out, err = runScript(ctx, env, commit, nil, 64<<10)
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("write %s: %w", t, err)

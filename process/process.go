@@ -10,8 +10,6 @@ package process
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +19,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/a55dbaac/berth/internal/randhex"
 	"github.com/a55dbaac/berth/output"
 	"github.com/a55dbaac/berth/terminal"
 )
@@ -85,13 +84,7 @@ func NewRegistry(maxWait time.Duration) *Registry {
 	return &Registry{procs: map[string]*Proc{}, MaxWait: maxWait, now: time.Now}
 }
 
-func newID() string {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("process: crypto/rand: " + err.Error())
-	}
-	return "proc_" + hex.EncodeToString(b[:])
-}
+func newID() string { return "proc_" + randhex.String(6) }
 
 // StartResult is the terminal tool's answer to a background request.
 type StartResult struct {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/internal/shellword"
 )
 
 // Detached is a process started beside the session's shell (a background
@@ -79,7 +80,7 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 	// The command runs in a subshell so that exit, exec or set -e in it
 	// cannot skip the exit frame printed after it.
 	n := nonce()
-	pre.WriteString("( eval " + quote(command) + " )\n__berth_s=$?\n")
+	pre.WriteString("( eval " + shellword.Quote(command) + " )\n__berth_s=$?\n")
 	pre.WriteString("command printf '\\n" + markerPrefix + "%s_%s\\000' " + n + " \"$__berth_s\"\nexit $__berth_s\n")
 
 	sh := "sh"

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/a55dbaac/berth/internal/shellword"
 )
 
 // markerPrefix starts every frame the shell prints. The full frame is
@@ -132,14 +134,6 @@ done
 exit 0
 `
 
-// quote returns s as one single-quoted shell word. Single quotes cannot be
-// escaped inside single quotes, so each one closes the string, adds an
-// escaped quote and reopens it. The result is valid in bash and POSIX sh
-// and carries any byte except NUL verbatim, newlines included.
-func quote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
 // printfBytes encodes arbitrary bytes (NUL included) as a single-quoted
 // argument for printf %b: printable ASCII stays as is, everything else and
 // the backslash become \0ooo octal escapes understood by bash and dash.
@@ -185,7 +179,7 @@ func exportLines(vars map[string]string) (string, error) {
 	sort.Strings(names)
 	var b strings.Builder
 	for _, k := range names {
-		b.WriteString("export " + k + "=" + quote(vars[k]) + "\n")
+		b.WriteString("export " + k + "=" + shellword.Quote(vars[k]) + "\n")
 	}
 	return b.String(), nil
 }
@@ -212,7 +206,7 @@ func cdLine(dir string, fallback bool) string {
 	case dir == "~":
 		return cd + "\"$HOME\""
 	case strings.HasPrefix(dir, "~/"):
-		return cd + "\"$HOME\"/" + quote(dir[2:])
+		return cd + "\"$HOME\"/" + shellword.Quote(dir[2:])
 	}
-	return cd + quote(dir)
+	return cd + shellword.Quote(dir)
 }

@@ -14,8 +14,6 @@ package session
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +24,8 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/internal/randhex"
+	"github.com/a55dbaac/berth/internal/shellword"
 )
 
 // Options configures a session.
@@ -185,13 +185,8 @@ func (s *Session) Close() error {
 	return nil
 }
 
-func nonce() string {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("session: crypto/rand failed: " + err.Error())
-	}
-	return hex.EncodeToString(b[:])
-}
+// nonce is a fresh random marker for framing one command.
+func nonce() string { return randhex.String(12) }
 
 // ensure starts a shell if none is running. Callers hold s.mu.
 func (s *Session) ensure(ctx context.Context) error {
@@ -318,8 +313,8 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 		if err := s.putFile(ctx, path, req.Stdin); err != nil {
 			return Result{}, err
 		}
-		redir = "<" + quote(path)
-		status, cleanup = "$__berth_s", "__berth_s=$?; command rm -f "+quote(path)+"; "
+		redir = "<" + shellword.Quote(path)
+		status, cleanup = "$__berth_s", "__berth_s=$?; command rm -f "+shellword.Quote(path)+"; "
 	case req.Stdin != nil:
 		line.WriteString("__berth_stdin " + printfBytes(req.Stdin) + "\n")
 		redir = "<\"$__berth_in\""
@@ -336,8 +331,8 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 	n := nonce()
 	// The leading blank line resets bash's parser after an eval that hit
 	// an unterminated quote; without it the next line fails to parse.
-	line.WriteString("\n{ __berth_pre " + quote(req.Workdir) + "; } 2>/dev/null && command eval " +
-		quote(req.Command) + " " + redir + "; " + cleanup + "{ __berth_post " + status + " " + n + " " + snap + "; } 2>/dev/null\n")
+	line.WriteString("\n{ __berth_pre " + shellword.Quote(req.Workdir) + "; } 2>/dev/null && command eval " +
+		shellword.Quote(req.Command) + " " + redir + "; " + cleanup + "{ __berth_post " + status + " " + n + " " + snap + "; } 2>/dev/null\n")
 
 	if len(sh.rest) > 0 {
 		out.Write(sh.rest)

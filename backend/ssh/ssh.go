@@ -53,9 +53,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/a55dbaac/berth/backend"
 	gossh "golang.org/x/crypto/ssh"
 	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/internal/shellword"
 )
 
 // Name is the backend's registered name.
@@ -440,5 +442,5 @@ func quote(s string) (string, error) {
 	if strings.IndexByte(s, 0) >= 0 {
 		return "", fmt.Errorf("cannot pass a NUL byte in %q", s)
 	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'", nil
+	return shellword.Quote(s), nil
 }

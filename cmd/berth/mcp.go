@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
+	"github.com/a55dbaac/berth/internal/randhex"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/mcpserver"
 )
@@ -91,11 +90,7 @@ terminal.share_environment is set.`,
 				if !loopback {
 					return fmt.Errorf("refusing to serve on %s without a token: anyone who can reach it could run commands here; set --token or BERTH_TOKEN (or listen on 127.0.0.1)", listen)
 				}
-				var b [24]byte
-				if _, err := rand.Read(b[:]); err != nil {
-					return fmt.Errorf("generate token: %w", err)
-				}
-				token = hex.EncodeToString(b[:])
+				token = randhex.String(24)
 				fmt.Fprintf(os.Stderr, "berth serve: no --token or BERTH_TOKEN given; use this one: %s\n", token)
 			}
 			cfg, err := c.load()
