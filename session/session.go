@@ -261,7 +261,7 @@ func (s *Session) ensure(ctx context.Context) error {
 				return nil
 			}
 		case <-ctx.Done():
-			s.killClient(sh)
+			s.release(sh)
 			return fmt.Errorf("session: start shell on %s: %w", s.be.Name(), ctx.Err())
 		}
 	}
@@ -477,22 +477,18 @@ func (s *Session) stop(sh *shell, fr *framer, out io.Writer) {
 func (s *Session) killTree(ctx context.Context, sh *shell) {
 	pid, _ := strconv.Atoi(sh.pid)
 	if pid <= 0 {
-		s.killClient(sh)
+		s.release(sh)
 		return
 	}
 	if err := s.KillTree(ctx, pid); err != nil {
 		s.log.Warn("session: kill shell tree", "backend", s.be.Name(), "err", err)
-		s.killClient(sh)
+		s.release(sh)
 	}
 }
 
-// killClient drops the client side of a shell whose pid is unknown.
-func (s *Session) killClient(sh *shell) {
-	sh.proc.Stdin().Close()
-	sh.proc.Close()
-}
-
-// release frees the client side of a finished shell.
+// release frees the client side of a shell (closing its stdin ends a shell
+// that is still reading) and drains its output channel so the reader
+// goroutine can finish. Calling it twice is harmless.
 func (s *Session) release(sh *shell) {
 	sh.proc.Stdin().Close()
 	sh.proc.Close()
