@@ -69,23 +69,7 @@ func Latency(ctx context.Context, env *terminal.Env, n int) (Stats, error) {
 // exec per command on docker, one channel per command on ssh).
 func Spawn(ctx context.Context, be backend.Backend, n int) (Stats, error) {
 	shell := "bash"
-	once := func() error {
-		p, err := be.Start(ctx, backend.ProcSpec{Argv: []string{shell, "-c", TrivialCommand}})
-		if err != nil {
-			return err
-		}
-		defer p.Close()
-		p.Stdin().Close()
-		io.Copy(io.Discard, p.Stdout())
-		code, err := p.Wait()
-		if err != nil {
-			return err
-		}
-		if code != 0 {
-			return fmt.Errorf("exit %d", code)
-		}
-		return nil
-	}
+	once := func() error { return spawnOnce(ctx, be, shell) }
 	if err := once(); err != nil {
 		shell = "sh"
 		if err := once(); err != nil {
@@ -101,6 +85,26 @@ func Spawn(ctx context.Context, be backend.Backend, n int) (Stats, error) {
 		d = append(d, time.Since(start))
 	}
 	return summarise(d), nil
+}
+
+// spawnOnce starts `shell -c TrivialCommand` through be, reads its output
+// to the end and waits for it, as a spawn-per-call runner does.
+func spawnOnce(ctx context.Context, be backend.Backend, shell string) error {
+	p, err := be.Start(ctx, backend.ProcSpec{Argv: []string{shell, "-c", TrivialCommand}})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	p.Stdin().Close()
+	io.Copy(io.Discard, p.Stdout())
+	code, err := p.Wait()
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("exit %d", code)
+	}
+	return nil
 }
 
 // ThroughputResult is one output-volume measurement.

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"io"
 	"testing"
 	"time"
 
@@ -41,14 +40,9 @@ func BenchmarkLocalSpawnBaseline(b *testing.B) {
 	_, be := localEnv(b)
 	ctx := context.Background()
 	for b.Loop() {
-		p, err := be.Start(ctx, backend.ProcSpec{Argv: []string{"bash", "-c", TrivialCommand}})
-		if err != nil {
+		if err := spawnOnce(ctx, be, "bash"); err != nil {
 			b.Fatal(err)
 		}
-		p.Stdin().Close()
-		io.Copy(io.Discard, p.Stdout())
-		p.Wait()
-		p.Close()
 	}
 }
 
