@@ -250,7 +250,9 @@ func (s *Session) ensure(ctx context.Context) error {
 				s.release(sh)
 				return fmt.Errorf("session: shell on %s ended during start: %q", s.be.Name(), junk.String())
 			}
-			if fr.feed(chunk, &sink) {
+			done := fr.feed(chunk, &sink)
+			recycle(chunk)
+			if done {
 				sh.pid, s.cwd, sh.bash = fr.got[0], fr.got[1], fr.got[2] == "bash"
 				sh.rest = fr.rest
 				if junk.Len() > 0 {
@@ -267,15 +269,28 @@ func (s *Session) ensure(ctx context.Context) error {
 	}
 }
 
+// chunkPool recycles read buffers: every command's output (often a few
+// bytes) would otherwise cost a fresh 64 KiB buffer.
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// recycle returns a chunk to the pool once its consumer is done with it
+// (the framer and the output writers copy what they keep).
+func recycle(chunk []byte) {
+	b := chunk[:cap(chunk)]
+	chunkPool.Put(&b)
+}
+
 // read pumps the process's output into the chunk channel until EOF.
 func (sh *shell) read() {
 	defer close(sh.chunks)
 	r := sh.proc.Stdout()
 	for {
-		buf := make([]byte, 64<<10)
-		n, err := r.Read(buf)
+		bp := chunkPool.Get().(*[]byte)
+		n, err := r.Read(*bp)
 		if n > 0 {
-			sh.chunks <- buf[:n]
+			sh.chunks <- (*bp)[:n]
+		} else {
+			chunkPool.Put(bp)
 		}
 		if err != nil {
 			sh.rerr = err
@@ -361,7 +376,9 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 			if !ok {
 				return s.shellEnded(sh, fr, out)
 			}
-			if fr.feed(chunk, out) {
+			done := fr.feed(chunk, out)
+			recycle(chunk)
+			if done {
 				code, _ := strconv.Atoi(fr.got[0])
 				s.cwd = fr.got[1]
 				if snap == "1" {
@@ -445,7 +462,9 @@ func (s *Session) drain(sh *shell, fr *framer, out io.Writer) (broken error) {
 				}
 				return nil
 			}
-			if fr.feed(chunk, out) {
+			done := fr.feed(chunk, out)
+			recycle(chunk)
+			if done {
 				return nil
 			}
 		case <-t.C:
@@ -493,7 +512,8 @@ func (s *Session) release(sh *shell) {
 	sh.proc.Stdin().Close()
 	sh.proc.Close()
 	go func() {
-		for range sh.chunks {
+		for chunk := range sh.chunks {
+			recycle(chunk)
 		}
 	}()
 }
