@@ -159,13 +159,7 @@ func (s *Session) Starts() int {
 func (s *Session) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.sh != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Grace+5*time.Second)
-		s.killTree(ctx, s.sh)
-		cancel()
-		s.release(s.sh)
-		s.sh = nil
-	}
+	s.stopShell()
 	s.starts, s.exports, s.names, s.cwd = 0, "", nil, ""
 }
 
@@ -174,15 +168,21 @@ func (s *Session) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.stopShell()
+	return nil
+}
+
+// stopShell kills the running shell's tree, if there is a shell, and
+// releases it. Callers hold s.mu.
+func (s *Session) stopShell() {
 	if s.sh == nil {
-		return nil
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Grace+5*time.Second)
 	defer cancel()
 	s.killTree(ctx, s.sh)
 	s.release(s.sh)
 	s.sh = nil
-	return nil
 }
 
 // nonce is a fresh random marker for framing one command.
