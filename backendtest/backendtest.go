@@ -289,7 +289,11 @@ func (s *Suite) testStdinData(t *testing.T) {
 	bigs := big.String()
 	expect(t, e, terminal.Request{Command: "wc -c", StdinData: &bigs}, fmt.Sprint(len(bigs)), 0)
 	expect(t, e, terminal.Request{Command: "tail -n 1; echo; echo $?", StdinData: &bigs}, "END\n0", 0)
-	// The large-input files (named by a 24-hex nonce) are removed after use.
+	// The large-input files (named by a 24-hex nonce) are removed after
+	// use, also when the command is rejected as incomplete.
+	if r := run(t, e, terminal.Request{Command: "cat 'unclosed", StdinData: &bigs}); r.ExitCode != 2 {
+		t.Fatalf("incomplete command with large stdin: exit %d", r.ExitCode)
+	}
 	expect(t, e, cmd("cat; ls /tmp/.berth-in-"+strings.Repeat("[0-9a-f]", 24)+" 2>/dev/null | wc -l"), "0", 0)
 }
 

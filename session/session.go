@@ -317,6 +317,13 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 		return Result{}, err
 	}
 	sh := s.sh
+	// Rejected text must not leave anything behind (such as a large
+	// stdin's file), so the check comes before any work.
+	changes, incomplete := analyze(req.Command, s.names)
+	if incomplete != nil {
+		io.WriteString(out, "syntax error: "+incomplete.Error())
+		return Result{ExitCode: 2, Cwd: s.cwd}, nil
+	}
 
 	var line strings.Builder
 	redir := "</dev/null"
@@ -333,11 +340,6 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 	case req.Stdin != nil:
 		line.WriteString("__berth_stdin " + printfBytes(req.Stdin) + "\n")
 		redir = "<\"$__berth_in\""
-	}
-	changes, incomplete := analyze(req.Command, s.names)
-	if incomplete != nil {
-		io.WriteString(out, "syntax error: "+incomplete.Error())
-		return Result{ExitCode: 2, Cwd: s.cwd}, nil
 	}
 	snap := "0"
 	if !sh.bash || changes {
