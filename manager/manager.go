@@ -181,8 +181,7 @@ func (m *Manager) Background(ctx context.Context, key string, req terminal.Reque
 	}
 	env, err := m.Env(ctx, key)
 	if err != nil {
-		msg := err.Error()
-		return process.StartResult{ExitCode: -1, Error: &msg}
+		return process.StartError(err)
 	}
 	env.Touch()
 	return m.procs.Start(ctx, env, key, req)
@@ -197,13 +196,11 @@ func (m *Manager) Process(ctx context.Context, key string, req process.Request) 
 // Run runs a foreground request in key's environment.
 func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) terminal.Result {
 	if err := terminal.Validate(req); err != nil {
-		msg := err.Error()
-		return terminal.Result{ExitCode: -1, Error: &msg}
+		return terminal.ErrorResult(err)
 	}
 	env, err := m.Env(ctx, key)
 	if err != nil {
-		msg := err.Error()
-		return terminal.Result{ExitCode: -1, Error: &msg}
+		return terminal.ErrorResult(err)
 	}
 	return env.Run(ctx, req)
 }

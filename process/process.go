@@ -95,28 +95,31 @@ type StartResult struct {
 	Error     *string `json:"error"`
 }
 
+// StartError is the answer to a background request that could not start:
+// the error's text in "error", exit code -1, no session id.
+func StartError(err error) StartResult {
+	msg := err.Error()
+	return StartResult{ExitCode: -1, Error: &msg}
+}
+
 // Start runs req.Command in the background in env (the environment of
 // key) and tracks it.
 func (r *Registry) Start(ctx context.Context, env *terminal.Env, key string, req terminal.Request) StartResult {
-	fail := func(err error) StartResult {
-		msg := err.Error()
-		return StartResult{Output: "", ExitCode: -1, Error: &msg}
-	}
 	if err := terminal.Validate(req); err != nil {
-		return fail(err)
+		return StartError(err)
 	}
 	r.mu.Lock()
 	r.pruneLocked()
 	if len(r.procs) >= MaxTracked {
 		r.mu.Unlock()
-		return fail(fmt.Errorf("%d background processes are running, the most berth tracks; kill or wait for one first", MaxTracked))
+		return StartError(fmt.Errorf("%d background processes are running, the most berth tracks; kill or wait for one first", MaxTracked))
 	}
 	r.mu.Unlock()
 
 	sess := env.Session()
 	det, err := sess.StartDetached(ctx, req.Command, req.Workdir, req.PTY)
 	if err != nil {
-		return fail(err)
+		return StartError(err)
 	}
 	cwd := req.Workdir
 	if cwd == "" {

@@ -126,8 +126,9 @@ func (e *Env) Touch() {
 	e.mu.Unlock()
 }
 
-// errorResult is the result of a request that could not run.
-func errorResult(err error) Result {
+// ErrorResult is the result of a request that could not run: the error's
+// text in "error", exit code -1.
+func ErrorResult(err error) Result {
 	msg := err.Error()
 	return Result{ExitCode: -1, Error: &msg}
 }
@@ -156,10 +157,10 @@ func Validate(req Request) error {
 // tree inside the environment is killed and the session stays usable.
 func (e *Env) Run(ctx context.Context, req Request) Result {
 	if err := Validate(req); err != nil {
-		return errorResult(err)
+		return ErrorResult(err)
 	}
 	if req.Background {
-		return errorResult(errors.New("background: true is handled by the process manager, not a foreground environment"))
+		return ErrorResult(errors.New("background: true is handled by the process manager, not a foreground environment"))
 	}
 	e.mu.Lock()
 	e.running++
@@ -176,7 +177,7 @@ func (e *Env) Run(ctx context.Context, req Request) Result {
 		timeout = time.Duration(req.Timeout) * time.Second
 	}
 	if err := e.sess.Start(ctx); err != nil {
-		return errorResult(err)
+		return ErrorResult(err)
 	}
 	before := e.sess.Cwd()
 	capture := output.NewCapture(output.Options{MaxChars: e.opts.MaxOutputChars, SpillDir: e.opts.SpillDir})
@@ -190,7 +191,7 @@ func (e *Env) Run(ctx context.Context, req Request) Result {
 	}
 	if err != nil {
 		capture.Finish("")
-		return errorResult(err)
+		return ErrorResult(err)
 	}
 	marker := ""
 	switch {
