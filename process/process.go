@@ -68,8 +68,9 @@ type Proc struct {
 
 // Registry holds the background processes of a berth process.
 type Registry struct {
-	mu    sync.Mutex
-	procs map[string]*Proc
+	mu       sync.Mutex
+	procs    map[string]*Proc
+	starting int // slots reserved by starts in progress
 	// MaxWait clamps wait timeouts (terminal.timeout).
 	MaxWait time.Duration
 	now     func() time.Time
@@ -108,13 +109,24 @@ func (r *Registry) Start(ctx context.Context, env *terminal.Env, key string, req
 	if err := terminal.Validate(req); err != nil {
 		return StartError(err)
 	}
+	// Reserve a slot before the (slow) start so concurrent starts cannot
+	// overshoot the limit; the slot becomes the process or is given back.
 	r.mu.Lock()
 	r.pruneLocked()
-	if len(r.procs) >= MaxTracked {
+	if len(r.procs)+r.starting >= MaxTracked {
 		r.mu.Unlock()
 		return StartError(fmt.Errorf("%d background processes are running, the most berth tracks; kill or wait for one first", MaxTracked))
 	}
+	r.starting++
 	r.mu.Unlock()
+	reserved := true
+	defer func() {
+		if reserved {
+			r.mu.Lock()
+			r.starting--
+			r.mu.Unlock()
+		}
+	}()
 
 	sess := env.Session()
 	det, err := sess.StartDetached(ctx, req.Command, req.Workdir, req.PTY)
@@ -173,6 +185,8 @@ func (r *Registry) Start(ctx context.Context, env *terminal.Env, key string, req
 	}()
 	r.mu.Lock()
 	r.procs[p.ID] = p
+	r.starting--
+	reserved = false
 	r.mu.Unlock()
 	var pidp *int
 	if pid > 0 {
@@ -251,7 +265,7 @@ func (r *Registry) pruneLocked() {
 		}
 	}
 	sort.Slice(finished, func(i, j int) bool { return finished[i].ended.Before(finished[j].ended) })
-	for len(r.procs) >= MaxTracked && len(finished) > 0 {
+	for len(r.procs)+r.starting >= MaxTracked && len(finished) > 0 {
 		delete(r.procs, finished[0].ID)
 		finished = finished[1:]
 	}

@@ -2,8 +2,10 @@ package process
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,5 +87,36 @@ func TestFindByPrefix(t *testing.T) {
 		if _, err := r.Find(bad); err == nil {
 			t.Errorf("Find(%q) resolved; want not found (ambiguous, short or unknown)", bad)
 		}
+	}
+}
+
+// TestTrackedLimitHoldsUnderConcurrentStarts: with room for two more
+// processes, five concurrent starts give exactly two processes.
+func TestTrackedLimitHoldsUnderConcurrentStarts(t *testing.T) {
+	r := NewRegistry(time.Minute)
+	env := localEnv(t)
+	for i := 0; i < MaxTracked-2; i++ {
+		id := fmt.Sprintf("proc_fill%08d", i)
+		r.procs[id] = &Proc{ID: id, done: make(chan struct{})} // running
+	}
+	var wg sync.WaitGroup
+	results := make([]StartResult, 5)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = r.Start(context.Background(), env, "k", terminal.Request{Command: "sleep 5", Background: true})
+		}()
+	}
+	wg.Wait()
+	started := 0
+	for _, res := range results {
+		if res.Error == nil {
+			started++
+			defer r.Do(context.Background(), "k", Request{Action: "kill", SessionID: res.SessionID})
+		}
+	}
+	if started != 2 || len(r.procs) != MaxTracked {
+		t.Fatalf("%d of 5 concurrent starts succeeded, %d tracked; want 2 and %d", started, len(r.procs), MaxTracked)
 	}
 }
