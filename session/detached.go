@@ -69,7 +69,7 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 		}
 		pre.WriteString(lines)
 	}
-	pre.WriteString("export PAGER=cat GIT_PAGER=cat GIT_TERMINAL_PROMPT=0\n")
+	pre.WriteString(commandEnv)
 	dir := cwd
 	if workdir != "" {
 		dir = workdir

@@ -22,6 +22,10 @@ const markerPrefix = "__BERTH_"
 var bootstrap = []string{"/bin/sh", "-c",
 	"if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc; fi; exec sh"}
 
+// commandEnv keeps commands from waiting on a pager or a credential prompt;
+// both the session's shell and background jobs export it.
+const commandEnv = "export PAGER=cat GIT_PAGER=cat GIT_TERMINAL_PROMPT=0\n"
+
 // initScript is written to a fresh shell before anything else. It merges
 // stderr into stdout, sets the pager variables and defines the two helpers
 // that frame every command.
@@ -38,7 +42,7 @@ const initScript = `exec 2>&1
 unset HISTFILE PROMPT_COMMAND
 PS1= PS2=
 if [ -n "${BASH_VERSION-}" ]; then shopt -s expand_aliases; fi
-export PAGER=cat GIT_PAGER=cat GIT_TERMINAL_PROMPT=0
+` + commandEnv + `
 __berth_cd() {
   __berth_t=$1
   while [ -n "$__berth_t" ] && [ ! -d "$__berth_t" ]; do __berth_t=${__berth_t%/*}; done
