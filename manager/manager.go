@@ -128,7 +128,7 @@ func (m *Manager) create(ctx context.Context, key string) (*terminal.Env, error)
 			return nil, fmt.Errorf("backend %q is not available in this build (available: %s); refusing to run anywhere else",
 				t.Backend, strings.Join(backend.Names(), ", "))
 		}
-		be, err = reg.New(ctx, backend.Options{Key: key, Config: t, Home: m.cfg.Home, Getenv: m.cfg.Getenv})
+		be, err = reg.New(ctx, backend.Options{Key: key, Config: t, Home: m.cfg.Home, Logger: m.log, Getenv: m.cfg.Getenv})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s backend for %q: %w", t.Backend, key, err)

@@ -1,0 +1,112 @@
+package backend
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/a55dbaac/berth/config"
+)
+
+// Options carries what a backend constructor receives.
+type Options struct {
+	// Key is the environment key (the task id); backends use it to name and
+	// label what they create.
+	Key string
+	// Config is the merged terminal configuration (file, environment, flags).
+	Config config.Terminal
+	// Home is the berth home directory (default ~/.berth) where backends may
+	// keep state such as caches or known hosts.
+	Home string
+	// Logger receives the backend's diagnostics; nil means slog.Default().
+	Logger *slog.Logger
+	// Getenv looks up a variable in the environment berth was started with,
+	// including the .env file beside the config. Nil means os.Getenv.
+	Getenv func(string) string
+}
+
+// Factory creates a backend for one environment key.
+type Factory func(ctx context.Context, opts Options) (Backend, error)
+
+// Fingerprint reports whether a backend is usable on this machine and, if
+// not, what to do about it. It is what `berth doctor` prints.
+type Fingerprint struct {
+	Usable  bool
+	Summary string   // one line: version, daemon, host
+	Details []string // extra facts (enforced limits, ...)
+	Fix     string   // what to do when not usable
+}
+
+// Registration describes a backend to the registry.
+type Registration struct {
+	Name        string
+	Description string
+	New         Factory
+	// Doctor checks whether the backend can work here. It may be nil.
+	Doctor func(ctx context.Context, opts Options) Fingerprint
+	// Envs administers the environments the backend keeps beyond one berth
+	// process (containers, sandboxes). Nil for backends that keep none.
+	Envs EnvAdmin
+}
+
+// EnvInfo describes an environment a backend keeps (berth env ls).
+type EnvInfo struct {
+	Backend string
+	Key     string
+	State   string // running, exited, ...
+	ID      string // container or sandbox id
+	Image   string
+	Created time.Time
+}
+
+// EnvAdmin lists and removes a backend's kept environments.
+type EnvAdmin interface {
+	List(ctx context.Context, opts Options) ([]EnvInfo, error)
+	// Remove deletes key's environment and its volumes; a key with nothing
+	// is not an error.
+	Remove(ctx context.Context, opts Options, key string) error
+	// Prune removes environments not running for longer than maxAge and
+	// returns their keys.
+	Prune(ctx context.Context, opts Options, maxAge time.Duration) ([]string, error)
+}
+
+var (
+	regMu    sync.RWMutex
+	registry = map[string]Registration{}
+)
+
+// Register adds a backend. It panics on a duplicate name, like
+// database/sql.Register, because that is a programming error.
+func Register(r Registration) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if r.Name == "" || r.New == nil {
+		panic("backend: Register needs a name and a constructor")
+	}
+	if _, dup := registry[r.Name]; dup {
+		panic("backend: Register called twice for " + r.Name)
+	}
+	registry[r.Name] = r
+}
+
+// Lookup returns the registration for name.
+func Lookup(name string) (Registration, bool) {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	r, ok := registry[name]
+	return r, ok
+}
+
+// Names lists the registered backends in sorted order.
+func Names() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
