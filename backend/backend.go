@@ -1,11 +1,55 @@
-// Package backend defines the small interface every execution target of berth
-// implements (local, docker, ssh, ...) and the registry that maps backend names
-// to constructors.
+// Package backend is the whole contract between berth and an execution
+// target (local, docker, ssh, singularity, modal, daytona, ...), kept in one
+// place the way database/sql/driver keeps a driver's: the small required
+// interfaces, every optional capability, the typed errors, the helpers every
+// backend shares, and the registry that maps names to constructors.
 //
-// A backend only knows how to start a process inside its environment with
-// stdio attached, and how to tear the environment down. Everything else — the
-// persistent shell, framing, timeouts, the output pipeline — is written once in
-// the session and tool layers on top of it.
+// # Required
+//
+// A backend implements [Backend] (Name, Start, Close) and returns a
+// [Process] (Stdin, Stdout, Wait, Close) from Start. Everything else — the
+// persistent shell, framing, timeouts, killing trees, the output pipeline,
+// the file tools — is written once above this package and works on any
+// backend. A backend registers itself from an init function with
+// [Register]; package backend/all imports every built-in one.
+//
+// # Optional capabilities
+//
+// Callers ask for these by type assertion, never by backend name:
+//
+//   - [SessionEnver]: variables to export into the persistent shell over its
+//     stdin (forwarded secrets, env_passthrough). berth never puts them in
+//     an argv or in the environment's stored definition.
+//   - [Recreator]: the environment can vanish from outside (a container
+//     removed by hand, a sandbox that timed out) and was rebuilt; berth sets
+//     environment_recreated on the next result.
+//   - [FileWriter]: a native file API (Docker's archive endpoint, SFTP, a
+//     provider's upload call). write_file sends the bytes through it; a path
+//     it cannot serve is declined with [ErrUnsupported] and the shell takes
+//     over.
+//   - [NativeFS]: the environment is this machine's filesystem as the same
+//     user; the file tools then use the os package directly.
+//   - Registration.Doctor: is the backend usable here, and if not, what to do
+//     (berth doctor).
+//   - Registration.Envs ([EnvAdmin]): environments kept beyond one berth
+//     process (containers, instances, sandboxes), for berth env ls/rm/prune.
+//   - Registration.Keys: the backend's own configuration keys.
+//
+// [ErrUnsupported] is the run-time decline of any optional capability,
+// like database/sql/driver.ErrSkip: "act as if I did not implement this".
+// [UnreachableError] says the target could not be reached; berth never falls
+// back to another backend when it sees one.
+//
+// # What the session assumes of a target
+//
+// The persistent shell and its helpers need, inside the environment: /bin/sh
+// (POSIX; bash is used when present), the usual utilities of busybox level
+// (cat, kill, sleep, mkdir, mv, rm, mktemp), /proc (the kill script finds a
+// command's tree there), and a writable temporary directory (/tmp, or
+// $TMPDIR) for large stdin and background preambles. Processes started by
+// Start must be able to see and signal each other's processes (one PID
+// namespace per environment), because timeouts are enforced by a second
+// process that kills the command's tree from inside.
 package backend
 
 import (
@@ -13,6 +57,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 )
 
 // ProcSpec describes a process to start inside an environment.
@@ -43,7 +88,11 @@ type Process interface {
 	Stdin() io.WriteCloser
 	// Stdout is the process's output stream. It returns io.EOF (or another
 	// error) once the process has exited and its output was drained, or
-	// after Close.
+	// after Close. It ends at most WaitDelay after Wait has returned, even
+	// when a descendant of the process still holds the stream open (the
+	// after-exit bound of os/exec's Cmd.WaitDelay), so callers never need a
+	// timer of their own; WithWaitDelay adds the bound to a process that
+	// cannot enforce it natively.
 	Stdout() io.Reader
 	// Wait blocks until the process exits and returns its exit status:
 	// the exit code, or 128+N when it was killed by signal N. It must return
@@ -85,6 +134,29 @@ type Recreator interface {
 // command line or in the environment's stored configuration.
 type SessionEnver interface {
 	SessionEnv() map[string]string
+}
+
+// NativeFS is implemented by backends whose environment is this machine's
+// own filesystem, seen as the user berth runs as. When NativeFS reports
+// true, the file tools read and write with the os package instead of going
+// through the shell.
+type NativeFS interface {
+	NativeFS() bool
+}
+
+// FileWriter is implemented by backends with a file API for moving file
+// content without the shell (Docker's archive endpoint, SFTP, a provider's
+// upload call). write_file uses it for the bytes, while the shell still
+// creates parent directories, copies the old file's mode and renames the
+// temporary file into place.
+type FileWriter interface {
+	// WriteFile creates the file at the absolute path name inside the
+	// environment (its parent exists, the file does not) with permission
+	// bits perm before the umask, and fills it with size bytes read from r.
+	// It fails (leaving no file) unless exactly size bytes were written, so
+	// callers need not count them again. A path the API cannot serve is
+	// declined with an error wrapping ErrUnsupported.
+	WriteFile(ctx context.Context, name string, r io.Reader, size int64, perm os.FileMode) error
 }
 
 // ErrUnsupported is returned (wrapped) by an optional capability that

@@ -10,7 +10,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -90,14 +89,7 @@ func Spawn(ctx context.Context, be backend.Backend, n int) (Stats, error) {
 // spawnOnce starts `shell -c TrivialCommand` through be, reads its output
 // to the end and waits for it, as a spawn-per-call runner does.
 func spawnOnce(ctx context.Context, be backend.Backend, shell string) error {
-	p, err := be.Start(ctx, backend.ProcSpec{Argv: []string{shell, "-c", TrivialCommand}})
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	p.Stdin().Close()
-	io.Copy(io.Discard, p.Stdout())
-	code, err := p.Wait()
+	_, code, err := backend.Output(ctx, be, backend.ProcSpec{Argv: []string{shell, "-c", TrivialCommand}}, nil, 0)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@
 //
 // How the bytes travel depends on what the backend offers:
 //
-//   - The local backend (or any backend implementing NativeFS) is this
+//   - A backend implementing backend.NativeFS (the local one) is this
 //     machine's filesystem: files are read and written with the os package,
 //     no shell involved.
 //   - Every other backend goes through the environment's persistent shell:
@@ -17,7 +17,7 @@
 //     command line: small writes travel on the session's stdin; large ones on
 //     the raw stdin of a helper process started through the backend (the
 //     session delivers its stdin through printf escapes, which bash reads
-//     byte by byte — about 1.6 s per MiB); backends implementing FileWriter
+//     byte by byte — about 1.6 s per MiB); backends implementing backend.FileWriter
 //     receive the bytes through their own file API.
 //
 // Writes are atomic (a temporary file in the same directory, then a rename),
@@ -38,7 +38,6 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
-	"github.com/a55dbaac/berth/backend/local"
 	"github.com/a55dbaac/berth/internal/randhex"
 	"github.com/a55dbaac/berth/internal/shellword"
 	"github.com/a55dbaac/berth/session"
@@ -65,37 +64,11 @@ const (
 // caller's context has no deadline.
 const opTimeout = 180 * time.Second
 
-// NativeFS is an optional backend capability: a backend whose environment is
-// this machine's own filesystem, with the same user, returns true and the
-// file tools use the os package directly instead of the shell. The local
-// backend is recognised without it.
-type NativeFS interface {
-	NativeFS() bool
-}
-
-// FileWriter is an optional backend capability for moving file content
-// without the shell: a backend with a file API (Docker's archive endpoint,
-// SFTP, a provider's upload call) implements it and Write uses it for the
-// bytes, while the shell still creates parent directories, copies the old
-// file's mode and renames the temporary file into place.
-type FileWriter interface {
-	// WriteFile creates the file at the absolute path name inside the
-	// environment (its parent exists, the file does not) with permission
-	// bits perm before the umask, and fills it with size bytes read from r.
-	// It fails (leaving no file) unless exactly size bytes were written, so
-	// callers need not count them again. A path the API cannot serve is
-	// declined with an error wrapping backend.ErrUnsupported.
-	WriteFile(ctx context.Context, name string, r io.Reader, size int64, perm os.FileMode) error
-}
-
 // native reports whether env's backend is this machine's filesystem.
 func native(env *terminal.Env) bool {
 	be := env.Backend()
-	if n, ok := be.(NativeFS); ok {
-		return n.NativeFS()
-	}
-	_, ok := be.(*local.Local)
-	return ok
+	n, ok := be.(backend.NativeFS)
+	return ok && n.NativeFS()
 }
 
 // target is a path inside the environment: either absolute, or relative to
@@ -282,58 +255,11 @@ func runHelper(ctx context.Context, be backend.Backend, script string, stdin io.
 		ctx, cancel = context.WithTimeout(ctx, opTimeout)
 		defer cancel()
 	}
-	p, err := be.Start(ctx, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", script, "berth-files"}})
+	// The script reports its own failures in its output; the exit status
+	// adds nothing the caller reads.
+	out, _, err := backend.Output(ctx, be, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", script, "berth-files"}}, stdin, max)
 	if err != nil {
-		return nil, fmt.Errorf("start helper on %s: %w", be.Name(), err)
+		return nil, fmt.Errorf("helper on %s: %w", be.Name(), err)
 	}
-	defer p.Close()
-	werr := make(chan error, 1)
-	go func() {
-		_, err := io.Copy(p.Stdin(), stdin)
-		if cerr := p.Stdin().Close(); err == nil {
-			err = cerr
-		}
-		werr <- err
-	}()
-	out := &capWriter{max: max}
-	rerr := make(chan error, 1)
-	go func() {
-		_, err := io.Copy(out, p.Stdout())
-		rerr <- err
-	}()
-	waited := make(chan struct{})
-	go func() {
-		p.Wait()
-		close(waited)
-	}()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		p.Close()
-		return nil, fmt.Errorf("helper on %s: %w", be.Name(), ctx.Err())
-	}
-	// The output may still be in flight after the exit; a descendant that
-	// keeps the stream open must not hang the call.
-	select {
-	case <-rerr:
-	case <-time.After(2 * time.Second):
-		p.Close()
-		<-rerr
-	}
-	var sendErr error
-	select {
-	case sendErr = <-werr:
-	case <-time.After(2 * time.Second):
-		p.Close()
-		sendErr = <-werr
-	}
-	if sendErr != nil && out.buf.Len() == 0 {
-		// The script reports its own failures; a broken stdin matters only
-		// when it said nothing.
-		return nil, fmt.Errorf("send content to helper on %s: %w", be.Name(), sendErr)
-	}
-	if out.overflow {
-		return nil, fmt.Errorf("helper output exceeded %d bytes", max)
-	}
-	return out.buf.Bytes(), nil
+	return out, nil
 }

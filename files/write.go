@@ -58,7 +58,7 @@ func Write(ctx context.Context, env *terminal.Env, path, content string) (WriteR
 		return WriteResult{}, fmt.Errorf("write_file: %w", isDir(t))
 	}
 	var res WriteResult
-	switch fw, ok := env.Backend().(FileWriter); {
+	switch fw, ok := env.Backend().(backend.FileWriter); {
 	case native(env):
 		res, err = writeNative(t, content)
 	case ok && len(content) > sessionStdinMax:
@@ -229,7 +229,7 @@ func writeReply(t target, tag string, out []byte, size int) (WriteResult, error)
 
 // writeFileWriter writes through the backend's file API: the shell prepares
 // (directories, mode) and commits (rename), the bytes go through fw.
-func writeFileWriter(ctx context.Context, env *terminal.Env, fw FileWriter, t target, content string) (WriteResult, error) {
+func writeFileWriter(ctx context.Context, env *terminal.Env, fw backend.FileWriter, t target, content string) (WriteResult, error) {
 	tag := newTag()
 	prep := fmt.Sprintf(writePrelude+"printf '\\n%%s ok %%s %%s %%s\\n%%s' %[1]s \"${m:--}\" \"${o:--}\" \"$new\" \"$p\"\n", tag, t.word())
 	out, err := runScript(ctx, env, prep, nil, 64<<10)

@@ -2,6 +2,7 @@ package session
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -185,27 +186,12 @@ func (s *Session) startDetachedTTY(ctx context.Context, sh, preamble string) (ba
 // the bytes are not parsed by a shell (bash reads a piped script one byte
 // at a time, so large data through the session would be slow).
 func (s *Session) putFile(ctx context.Context, path string, data []byte) error {
-	w, err := s.be.Start(ctx, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", "umask 077 && cat >\"$1\"", "berth-put", path}})
+	msg, code, err := backend.Output(ctx, s.be, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", "umask 077 && cat >\"$1\"", "berth-put", path}}, bytes.NewReader(data), 4096)
 	if err != nil {
 		return fmt.Errorf("session: write %s on %s: %w", path, s.be.Name(), err)
 	}
-	defer w.Close()
-	outc := make(chan []byte, 1)
-	go func() {
-		b, _ := io.ReadAll(io.LimitReader(w.Stdout(), 4096))
-		io.Copy(io.Discard, w.Stdout())
-		outc <- b
-	}()
-	_, werr := w.Stdin().Write(data)
-	w.Stdin().Close()
-	code, waitErr := w.Wait()
-	if werr != nil || waitErr != nil || code != 0 {
-		var msg []byte
-		select {
-		case msg = <-outc:
-		case <-time.After(time.Second):
-		}
-		return fmt.Errorf("session: write %s on %s: status %d %q: %v", path, s.be.Name(), code, msg, errors.Join(werr, waitErr))
+	if code != 0 {
+		return fmt.Errorf("session: write %s on %s: helper exited with status %d: %q", path, s.be.Name(), code, msg)
 	}
 	return nil
 }
@@ -217,19 +203,9 @@ func (s *Session) KillTree(ctx context.Context, pid int) error {
 	if pid <= 0 {
 		return errors.New("session: no pid to kill")
 	}
-	p, err := s.be.Start(ctx, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", killScript, "berth-kill", strconv.Itoa(pid), graceTenths(s.opts.Grace.Seconds())}})
+	_, _, err := backend.Output(ctx, s.be, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", killScript, "berth-kill", strconv.Itoa(pid), graceTenths(s.opts.Grace.Seconds())}}, nil, 64<<10)
 	if err != nil {
-		return fmt.Errorf("session: start kill helper on %s: %w", s.be.Name(), err)
+		return fmt.Errorf("session: kill %d on %s: %w", pid, s.be.Name(), err)
 	}
-	defer p.Close()
-	p.Stdin().Close()
-	go io.Copy(io.Discard, p.Stdout())
-	done := make(chan struct{})
-	go func() { p.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("session: kill %d on %s: %w", pid, s.be.Name(), ctx.Err())
-	}
+	return nil
 }

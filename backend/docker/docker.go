@@ -76,6 +76,7 @@ var (
 	_ backend.Backend      = (*Backend)(nil)
 	_ backend.Recreator    = (*Backend)(nil)
 	_ backend.SessionEnver = (*Backend)(nil)
+	_ backend.FileWriter   = (*Backend)(nil)
 )
 
 // New connects to the daemon (DOCKER_HOST or /var/run/docker.sock), removes

@@ -20,7 +20,7 @@ import (
 	"github.com/moby/moby/client"
 )
 
-// WriteFile implements files.FileWriter through the Engine API's archive
+// WriteFile implements backend.FileWriter through the Engine API's archive
 // endpoint: the content is streamed, as a one-entry tar built on the fly,
 // into the directory of name (which must exist), owned by root with mode
 // perm&^022. It is how write_file moves large content without the shell.

@@ -25,8 +25,6 @@ import (
 	"github.com/moby/moby/client"
 )
 
-var _ files.FileWriter = (*Backend)(nil)
-
 func randomBytes(t testing.TB, n int) []byte {
 	t.Helper()
 	b := make([]byte, n)

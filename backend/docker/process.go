@@ -51,6 +51,7 @@ func (b *Backend) exec(ctx context.Context, id string, ps backend.ProcSpec) (*pr
 		containerID: id,
 		conn:        att.HijackedResponse,
 		stdout:      pr,
+		pw:          pw,
 		eof:         make(chan struct{}),
 		done:        make(chan struct{}),
 		cancel:      cancel,
@@ -76,6 +77,7 @@ type process struct {
 	conn        client.HijackedResponse
 	stdin       *stdin
 	stdout      *io.PipeReader
+	pw          *io.PipeWriter
 	eof         chan struct{} // closed when the output stream ended
 	cancel      context.CancelFunc
 
@@ -112,6 +114,12 @@ func (p *process) finish(code int, err error) {
 	p.once.Do(func() {
 		p.code, p.err = code, err
 		close(p.done)
+		// The after-exit bound of the Process contract: a descendant that
+		// keeps the exec's stream open must not keep Stdout open forever.
+		time.AfterFunc(backend.WaitDelay, func() {
+			p.pw.CloseWithError(io.EOF)
+			p.conn.Close()
+		})
 	})
 }
 

@@ -7,14 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 
 	"github.com/a55dbaac/berth/backend"
-	"github.com/creack/pty"
+	"github.com/a55dbaac/berth/backend/hostproc"
 )
 
 func init() {
@@ -104,58 +102,18 @@ func (l *Local) Start(ctx context.Context, spec backend.ProcSpec) (backend.Proce
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir = existing(dir)
 	cmd.Env = append(append([]string(nil), l.env...), spec.Env...)
-	if spec.TTY {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
-		f, err := pty.Start(cmd)
-		if err != nil {
-			return nil, fmt.Errorf("local: start %s with a pty: %w", spec.Argv[0], err)
-		}
-		return &proc{cmd: cmd, stdin: f, stdout: f, ptmx: f}, nil
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdin, err := cmd.StdinPipe()
+	p, err := hostproc.Start(cmd, spec.TTY)
 	if err != nil {
-		return nil, fmt.Errorf("local: stdin pipe: %w", err)
+		return nil, fmt.Errorf("local: %w", err)
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("local: output pipe: %w", err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		return nil, fmt.Errorf("local: start %s: %w", spec.Argv[0], err)
-	}
-	pw.Close()
-	return &proc{cmd: cmd, stdin: stdin, stdout: pr}, nil
+	return p, nil
 }
 
-type proc struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	stdout *os.File
-	ptmx   *os.File
-}
+// NativeFS implements backend.NativeFS: the environment is this machine's
+// filesystem, seen as the user berth runs as.
+func (l *Local) NativeFS() bool { return true }
 
-func (p *proc) Stdin() io.WriteCloser { return p.stdin }
-func (p *proc) Stdout() io.Reader     { return p.stdout }
-
-// Wait returns when the process exits; the output pipe is a plain file, so
-// a descendant holding it open does not delay Wait.
-func (p *proc) Wait() (int, error) {
-	err := p.cmd.Wait()
-	st := p.cmd.ProcessState
-	if st == nil {
-		return -1, fmt.Errorf("local: wait: %w", err)
-	}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal()), nil
-	}
-	return st.ExitCode(), nil
-}
-
-func (p *proc) Close() error {
-	p.stdin.Close()
-	return p.stdout.Close()
-}
+var (
+	_ backend.Backend  = (*Local)(nil)
+	_ backend.NativeFS = (*Local)(nil)
+)

@@ -28,7 +28,7 @@ const sftpMaxInflight = 64
 // failed because the connection or the caller's context ended.
 const sftpCleanupTimeout = 5 * time.Second
 
-// WriteFile implements files.FileWriter over SFTP: it creates name (an
+// WriteFile implements backend.FileWriter over SFTP: it creates name (an
 // absolute path on the remote host) exclusively with permission bits perm
 // (before the remote umask) and fills it with exactly size bytes read from
 // r, as concurrent write requests on an "sftp" subsystem channel of the

@@ -21,8 +21,6 @@ import (
 	"github.com/a55dbaac/berth/terminal"
 )
 
-var _ files.FileWriter = (*Backend)(nil)
-
 // remoteDir creates a private directory on the remote host and returns its
 // absolute path.
 func remoteDir(t testing.TB, b backend.Backend) string {

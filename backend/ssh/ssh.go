@@ -67,7 +67,7 @@ const Name = "ssh"
 // that is waiting for data and receives none may block before the channel is
 // closed (like os/exec.Cmd.WaitDelay): a daemon that inherited the output and
 // stays silent cannot hang the caller.
-const WaitDelay = 2 * time.Second
+const WaitDelay = backend.WaitDelay
 
 // maxConns bounds the connections opened when the server refuses more
 // session channels on one connection (OpenSSH MaxSessions, 10 by default).
@@ -103,6 +103,7 @@ type Backend struct {
 var (
 	_ backend.Backend      = (*Backend)(nil)
 	_ backend.SessionEnver = (*Backend)(nil)
+	_ backend.FileWriter   = (*Backend)(nil)
 )
 
 // New resolves the target from opts (terminal settings and ~/.ssh/config).

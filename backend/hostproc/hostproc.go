@@ -1,0 +1,154 @@
+// Package hostproc starts processes on this machine as backend.Process
+// values: the one local-process starter shared by the local backend and by
+// backends that drive a command-line tool here (apptainer exec, kubectl
+// exec, ...), like Nomad's shared executor. Process groups, the terminal,
+// merged output, the after-exit bound and the mapping of a fatal signal to
+// 128+N are written once here.
+package hostproc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/creack/pty"
+)
+
+// Start starts cmd and returns it as a backend.Process.
+//
+// cmd's Stdin, Stdout, Stderr and SysProcAttr must be unset: Start owns
+// them. Without tty the process leads its own process group (so a tree can
+// be signalled at once) and its stdout and stderr share one pipe, merged in
+// arrival order; with tty it gets a new session whose controlling terminal
+// is a fresh pseudo-terminal carrying both directions. In both cases the
+// process is sent SIGKILL if berth itself dies (PR_SET_PDEATHSIG), and
+// Stdout ends at most backend.WaitDelay after Wait has returned, even when a
+// descendant keeps the output open.
+func Start(cmd *exec.Cmd, tty bool) (backend.Process, error) {
+	if cmd.Stdin != nil || cmd.Stdout != nil || cmd.Stderr != nil || cmd.SysProcAttr != nil {
+		return nil, errors.New("hostproc: Start owns the command's stdio and SysProcAttr; leave them unset")
+	}
+	name := cmd.Path
+	if len(cmd.Args) > 0 {
+		name = cmd.Args[0]
+	}
+	var p backend.Process
+	var err error
+	onForkThread(func() { p, err = start(cmd, name, tty) })
+	return p, err
+}
+
+// forks carries start requests to the one goroutine that forks children.
+var (
+	forkOnce sync.Once
+	forks    chan func()
+)
+
+// onForkThread runs fn on a goroutine locked to its OS thread for the life
+// of the process. PR_SET_PDEATHSIG fires when the thread that forked the
+// child exits, not the process; a thread that stays locked is never reused
+// by another goroutine nor torn down by the runtime, so children die with
+// berth and only then.
+func onForkThread(fn func()) {
+	forkOnce.Do(func() {
+		forks = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as berth
+			for f := range forks {
+				f()
+			}
+		}()
+	})
+	done := make(chan struct{})
+	forks <- func() { fn(); close(done) }
+	<-done
+}
+
+func start(cmd *exec.Cmd, name string, tty bool) (backend.Process, error) {
+	if tty {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL}
+		f, err := pty.Start(cmd)
+		if err != nil {
+			return nil, fmt.Errorf("hostproc: start %s with a pty: %w", name, err)
+		}
+		return &proc{cmd: cmd, stdin: f, stdout: f}, nil
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("hostproc: stdin pipe for %s: %w", name, err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		stdin.Close()
+		return nil, fmt.Errorf("hostproc: output pipe for %s: %w", name, err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		stdin.Close()
+		return nil, fmt.Errorf("hostproc: start %s: %w", name, err)
+	}
+	pw.Close()
+	return &proc{cmd: cmd, stdin: stdin, stdout: pr}, nil
+}
+
+// proc is a process started by Start.
+type proc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *os.File
+	bound  sync.Once
+}
+
+func (p *proc) Stdin() io.WriteCloser { return p.stdin }
+
+// Stdout reads the merged output; after the after-exit bound it reports
+// io.EOF instead of the deadline error.
+func (p *proc) Stdout() io.Reader { return eofOnDeadline{p.stdout} }
+
+// Wait returns when the process exits; the output pipe is a plain file, so
+// a descendant holding it open does not delay Wait. It then arms the
+// after-exit bound on the output.
+func (p *proc) Wait() (int, error) {
+	err := p.cmd.Wait()
+	p.bound.Do(func() {
+		if p.stdout.SetReadDeadline(time.Now().Add(backend.WaitDelay)) != nil {
+			// Not pollable: closing the file ends a blocked read instead.
+			time.AfterFunc(backend.WaitDelay, func() { p.stdout.Close() })
+		}
+	})
+	st := p.cmd.ProcessState
+	if st == nil {
+		return -1, fmt.Errorf("hostproc: wait: %w", err)
+	}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return st.ExitCode(), nil
+}
+
+// Close releases the pipes; it does not signal the process.
+func (p *proc) Close() error {
+	p.stdin.Close()
+	return p.stdout.Close()
+}
+
+// eofOnDeadline turns the after-exit deadline into a clean end of stream.
+type eofOnDeadline struct{ f *os.File }
+
+func (r eofOnDeadline) Read(b []byte) (int, error) {
+	n, err := r.f.Read(b)
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, os.ErrClosed) {
+		err = io.EOF
+	}
+	return n, err
+}
