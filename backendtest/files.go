@@ -1,10 +1,12 @@
-package files
+package backendtest
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/a55dbaac/berth/files"
+	"github.com/a55dbaac/berth/internal/randhex"
 	"strings"
 	"testing"
 	"time"
@@ -13,14 +15,13 @@ import (
 	"github.com/a55dbaac/berth/terminal"
 )
 
-// RunConformance runs the file tools' behavioural suite against the
-// environment built by newEnv, which should register its own cleanup with
-// t.Cleanup. Every backend's test file calls it; the suite needs a POSIX sh
+// RunFiles runs the file tools' behavioural suite (the Files group of Run)
+// in env. Run calls it for every backend; package files calls it for its
+// own variants of the local environment. The suite needs a POSIX sh
 // and busybox-level tools in the environment (mktemp, stat, sha256sum, ln,
 // chmod) and a writable /tmp and $HOME. One environment serves the whole
 // suite; each test works in its own temporary directory.
-func RunConformance(t *testing.T, newEnv func(t testing.TB) *terminal.Env) {
-	env := newEnv(t)
+func RunFiles(t *testing.T, env *terminal.Env) {
 	c := &conf{env: env}
 	for _, tc := range []struct {
 		name string
@@ -96,20 +97,20 @@ func (c *conf) scratch(t *testing.T) string {
 	return dir
 }
 
-func (c *conf) write(t *testing.T, p, content string) WriteResult {
+func (c *conf) write(t *testing.T, p, content string) files.WriteResult {
 	t.Helper()
-	r, err := Write(ctxT(t), c.env, p, content)
+	r, err := files.Write(ctxT(t), c.env, p, content)
 	if err != nil {
-		t.Fatalf("Write(%q): %v", p, err)
+		t.Fatalf("files.Write(%q): %v", p, err)
 	}
 	return r
 }
 
-func (c *conf) read(t *testing.T, p string, offset, limit int) ReadResult {
+func (c *conf) read(t *testing.T, p string, offset, limit int) files.ReadResult {
 	t.Helper()
-	r, err := Read(ctxT(t), c.env, p, offset, limit)
+	r, err := files.Read(ctxT(t), c.env, p, offset, limit)
 	if err != nil {
-		t.Fatalf("Read(%q): %v", p, err)
+		t.Fatalf("files.Read(%q): %v", p, err)
 	}
 	return r
 }
@@ -169,8 +170,8 @@ func (c *conf) testReadOffsetLimit(t *testing.T) {
 		t.Fatalf("result %+v: want truncated, 2500 lines, hint with offset=7", r)
 	}
 	r = c.read(t, p, 1, 100000)
-	if n := strings.Count(r.Content, "\n") + 1; n != DefaultReadLimit || !strings.Contains(r.Hint, "offset=2001") {
-		t.Fatalf("limit 100000 gave %d lines, hint %q; want %d lines and offset=2001", n, r.Hint, DefaultReadLimit)
+	if n := strings.Count(r.Content, "\n") + 1; n != files.DefaultReadLimit || !strings.Contains(r.Hint, "offset=2001") {
+		t.Fatalf("limit 100000 gave %d lines, hint %q; want %d lines and offset=2001", n, r.Hint, files.DefaultReadLimit)
 	}
 	r = c.read(t, p, 2401, 0)
 	if n := strings.Count(r.Content, "\n") + 1; n != 100 || r.Truncated || !strings.HasSuffix(r.Content, "2500|line2500") {
@@ -191,9 +192,9 @@ func (c *conf) testReadLongLines(t *testing.T) {
 	if len(lines) != 3 || lines[2] != fmt.Sprintf("%6d|after", 3) {
 		t.Fatalf("lines %q", lines)
 	}
-	want := fmt.Sprintf("%6d|", 2) + strings.Repeat("é", MaxLineChars)
-	if !strings.HasPrefix(lines[1], want) || strings.Count(lines[1], "é") != MaxLineChars || !strings.Contains(lines[1], "truncated") {
-		t.Fatalf("long line not cut at %d characters: %d é, %q...", MaxLineChars, strings.Count(lines[1], "é"), lines[1][len(lines[1])-40:])
+	want := fmt.Sprintf("%6d|", 2) + strings.Repeat("é", files.MaxLineChars)
+	if !strings.HasPrefix(lines[1], want) || strings.Count(lines[1], "é") != files.MaxLineChars || !strings.Contains(lines[1], "truncated") {
+		t.Fatalf("long line not cut at %d characters: %d é, %q...", files.MaxLineChars, strings.Count(lines[1], "é"), lines[1][len(lines[1])-40:])
 	}
 	if !strings.Contains(r.Hint, "cut") {
 		t.Fatalf("hint %q does not mention the cut line", r.Hint)
@@ -244,7 +245,7 @@ func (c *conf) testReadBinary(t *testing.T) {
 	} {
 		p := d + "/bin-" + name
 		c.write(t, p, data)
-		_, err := Read(ctxT(t), c.env, p, 0, 0)
+		_, err := files.Read(ctxT(t), c.env, p, 0, 0)
 		switch name {
 		case "NUL":
 			wantErr(t, err, "binary", "NUL")
@@ -257,7 +258,7 @@ func (c *conf) testReadBinary(t *testing.T) {
 	// A text file whose 8 KiB sample ends inside a multi-byte character is
 	// still text.
 	c.write(t, d+"/multi.txt", "a"+strings.Repeat("€", 4000))
-	if _, err := Read(ctxT(t), c.env, d+"/multi.txt", 0, 0); err != nil {
+	if _, err := files.Read(ctxT(t), c.env, d+"/multi.txt", 0, 0); err != nil {
 		t.Fatalf("text file with a character across the 8 KiB boundary: %v", err)
 	}
 }
@@ -266,30 +267,30 @@ func (c *conf) testReadMissing(t *testing.T) {
 	d := c.scratch(t)
 	c.write(t, d+"/config.yaml", "a: 1\n")
 	c.write(t, d+"/unrelated.bin.txt", "x")
-	_, err := Read(ctxT(t), c.env, d+"/confg.yaml", 0, 0)
+	_, err := files.Read(ctxT(t), c.env, d+"/confg.yaml", 0, 0)
 	wantErr(t, err, "not found", d+"/confg.yaml", "config.yaml")
 	if strings.Contains(err.Error(), "unrelated") {
 		t.Fatalf("error %q suggests an unrelated name", err)
 	}
-	_, err = Read(ctxT(t), c.env, d+"/zzzzzz", 0, 0)
+	_, err = files.Read(ctxT(t), c.env, d+"/zzzzzz", 0, 0)
 	wantErr(t, err, "not found")
 	if strings.Contains(err.Error(), "similar") {
 		t.Fatalf("error %q suggests names for a name with no similar one", err)
 	}
-	_, err = Read(ctxT(t), c.env, d+"/nodir/x.txt", 0, 0)
+	_, err = files.Read(ctxT(t), c.env, d+"/nodir/x.txt", 0, 0)
 	wantErr(t, err, "not found", "does not exist")
 }
 
 func (c *conf) testReadDir(t *testing.T) {
 	d := c.scratch(t)
-	_, err := Read(ctxT(t), c.env, d, 0, 0)
+	_, err := files.Read(ctxT(t), c.env, d, 0, 0)
 	wantErr(t, err, "is a directory")
-	_, err = Write(ctxT(t), c.env, d, "x")
+	_, err = files.Write(ctxT(t), c.env, d, "x")
 	wantErr(t, err, "is a directory")
 }
 
 func (c *conf) testTilde(t *testing.T) {
-	sub := ".berth-files-" + newTag()[6:14]
+	sub := ".berth-files-" + randhex.String(4)
 	t.Cleanup(func() {
 		c.env.Run(context.Background(), terminal.Request{Command: `rm -rf "$HOME"/` + shellword.Quote(sub), Timeout: 60})
 	})
@@ -303,10 +304,10 @@ func (c *conf) testTilde(t *testing.T) {
 	if rr := c.read(t, "~/"+sub+"/t.txt", 0, 0); rr.Content != numbered(1, "home sweet home") {
 		t.Fatalf("read ~ path: %+v", rr)
 	}
-	if _, err := Patch(ctxT(t), c.env, "~/"+sub+"/t.txt", "sweet", "dear", false); err != nil {
+	if _, err := files.Patch(ctxT(t), c.env, "~/"+sub+"/t.txt", "sweet", "dear", false); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Search(ctxT(t), c.env, "dear", "~/"+sub, "content", "", 0, 0, 0)
+	s, err := files.Search(ctxT(t), c.env, "dear", "~/"+sub, "content", "", 0, 0, 0)
 	if err != nil || s.Total != 1 {
 		t.Fatalf("search under ~: %+v %v", s, err)
 	}
@@ -327,10 +328,10 @@ func (c *conf) testRelative(t *testing.T) {
 	if rr := c.read(t, "sub/rel.txt", 0, 0); rr.Content != numbered(1, "relative") {
 		t.Fatalf("relative read %+v", rr)
 	}
-	if _, err := Patch(ctxT(t), c.env, "./sub/../sub/rel.txt", "relative", "patched", false); err != nil {
+	if _, err := files.Patch(ctxT(t), c.env, "./sub/../sub/rel.txt", "relative", "patched", false); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Search(ctxT(t), c.env, "patched", "", "content", "", 0, 0, 0)
+	s, err := files.Search(ctxT(t), c.env, "patched", "", "content", "", 0, 0, 0)
 	if err != nil || s.Total != 1 || s.Matches[0].Path != d+"/sub/rel.txt" {
 		t.Fatalf("search in the session's cwd: %+v %v", s, err)
 	}
@@ -403,7 +404,7 @@ func (c *conf) testWriteExact(t *testing.T) {
 		t.Fatalf("content differs after write (sha256 %s, want %s)", got, sha(content))
 	}
 	// Just above the session-stdin size, on the helper path.
-	big := strings.Repeat(all.String(), sessionStdinMax/256+3)
+	big := strings.Repeat(all.String(), files.SessionStdinMax/256+3)
 	c.write(t, d+"/big.bin", big)
 	if got := c.sum(t, d+"/big.bin"); got != sha(big) {
 		t.Fatalf("%d-byte content differs after write", len(big))
@@ -431,7 +432,7 @@ func (c *conf) testWriteLarge(t *testing.T) {
 
 func (c *conf) testWriteTooLarge(t *testing.T) {
 	d := c.scratch(t)
-	_, err := Write(ctxT(t), c.env, d+"/huge", strings.Repeat("x", MaxWriteBytes+1))
+	_, err := files.Write(ctxT(t), c.env, d+"/huge", strings.Repeat("x", files.MaxWriteBytes+1))
 	wantErr(t, err, "at most 50.0 MiB")
 	c.sh(t, "test ! -e "+shellword.Quote(d+"/huge"))
 }
@@ -440,7 +441,7 @@ func (c *conf) testNotInterpreted(t *testing.T) {
 	d := c.scratch(t)
 	content := "$(touch " + d + "/pwned1)\n`touch " + d + "/pwned2`\n'; touch " + d + "/pwned3; '\n\"; touch " + d + "/pwned4; \"\n"
 	c.write(t, d+"/evil.txt", content)
-	big := strings.Repeat(content, sessionStdinMax/len(content)+2)
+	big := strings.Repeat(content, files.SessionStdinMax/len(content)+2)
 	c.write(t, d+"/evil-big.txt", big)
 	if got := c.sh(t, "ls "+shellword.Quote(d)); got != "evil-big.txt\nevil.txt" {
 		t.Fatalf("directory holds %q: content was interpreted", got)
@@ -465,14 +466,14 @@ func (c *conf) testStrangePaths(t *testing.T) {
 		if !strings.HasPrefix(r.Content, fmt.Sprintf("%6d|hello ", 1)) {
 			t.Fatalf("%q: read %q", name, r.Content)
 		}
-		if _, err := Patch(ctxT(t), c.env, p, "hello", "bye", false); err != nil {
+		if _, err := files.Patch(ctxT(t), c.env, p, "hello", "bye", false); err != nil {
 			t.Fatalf("%q: patch: %v", name, err)
 		}
 		if got := c.sum(t, p); got != sha("bye "+name+"\n") {
 			t.Fatalf("%q: content differs after patch", name)
 		}
 	}
-	s, err := Search(ctxT(t), c.env, "bye", d, "content", "", 100, 0, 0)
+	s, err := files.Search(ctxT(t), c.env, "bye", d, "content", "", 100, 0, 0)
 	if err != nil || s.Total < 10 {
 		t.Fatalf("search among strange names: total %d, err %v", s.Total, err)
 	}
@@ -485,7 +486,7 @@ func (c *conf) testStrangePaths(t *testing.T) {
 	if !found {
 		t.Fatalf("search did not report %q: %+v", d+"/quote's.txt", s.Matches)
 	}
-	f, err := Search(ctxT(t), c.env, "*日本*", d, "files", "", 0, 0, 0)
+	f, err := files.Search(ctxT(t), c.env, "*日本*", d, "files", "", 0, 0, 0)
 	if err != nil || f.Total != 1 || f.Files[0] != d+"/ünïcødé-日本.txt" {
 		t.Fatalf("file search for a non-ASCII name: %+v %v", f, err)
 	}
@@ -501,7 +502,7 @@ func (c *conf) testPatch(t *testing.T) {
 	d := c.scratch(t)
 	p := d + "/p.go"
 	c.write(t, p, "package p\n\nfunc A() int {\n\treturn 1\n}\n\nfunc B() int {\n\treturn 2\n}\n")
-	r, err := Patch(ctxT(t), c.env, p, "\treturn 2\n", "\treturn 3 // changed\n", false)
+	r, err := files.Patch(ctxT(t), c.env, p, "\treturn 2\n", "\treturn 3 // changed\n", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,11 +513,11 @@ func (c *conf) testPatch(t *testing.T) {
 	if got := c.sum(t, p); got != sha("package p\n\nfunc A() int {\n\treturn 1\n}\n\nfunc B() int {\n\treturn 3 // changed\n}\n") {
 		t.Fatal("file content wrong after patch")
 	}
-	_, err = Patch(ctxT(t), c.env, d+"/missing.go", "a", "b", false)
+	_, err = files.Patch(ctxT(t), c.env, d+"/missing.go", "a", "b", false)
 	wantErr(t, err, "not found")
-	_, err = Patch(ctxT(t), c.env, p, "", "b", false)
+	_, err = files.Patch(ctxT(t), c.env, p, "", "b", false)
 	wantErr(t, err, "empty")
-	_, err = Patch(ctxT(t), c.env, p, "same", "same", false)
+	_, err = files.Patch(ctxT(t), c.env, p, "same", "same", false)
 	wantErr(t, err, "identical")
 }
 
@@ -524,11 +525,11 @@ func (c *conf) testPatchNotFound(t *testing.T) {
 	d := c.scratch(t)
 	p := d + "/f.py"
 	c.write(t, p, "import os\n\n\ndef main():\n    print('hello')\n    return 0\n\n\nif __name__ == '__main__':\n    main()\n")
-	_, err := Patch(ctxT(t), c.env, p, "def main():\n  print('hello')\n  return 0\n", "x", false)
+	_, err := files.Patch(ctxT(t), c.env, p, "def main():\n  print('hello')\n  return 0\n", "x", false)
 	wantErr(t, err, "not found", "closest match", "lines 4-6", "print('hello')", "whitespace")
-	_, err = Patch(ctxT(t), c.env, p, "def mian():\n    print('helo')\n", "x", false)
+	_, err = files.Patch(ctxT(t), c.env, p, "def mian():\n    print('helo')\n", "x", false)
 	wantErr(t, err, "closest match", "lines 4-5")
-	_, err = Patch(ctxT(t), c.env, p, "zzzzqqqq xxxx", "x", false)
+	_, err = files.Patch(ctxT(t), c.env, p, "zzzzqqqq xxxx", "x", false)
 	wantErr(t, err, "not found")
 	if got := c.sum(t, p); got != sha("import os\n\n\ndef main():\n    print('hello')\n    return 0\n\n\nif __name__ == '__main__':\n    main()\n") {
 		t.Fatal("failed patch changed the file")
@@ -539,9 +540,9 @@ func (c *conf) testPatchAmbiguous(t *testing.T) {
 	d := c.scratch(t)
 	p := d + "/dup.txt"
 	c.write(t, p, "x = 1\ny = 2\nx = 1\n")
-	_, err := Patch(ctxT(t), c.env, p, "x = 1", "x = 9", false)
+	_, err := files.Patch(ctxT(t), c.env, p, "x = 1", "x = 9", false)
 	wantErr(t, err, "2 times", "lines 1, 3", "replace_all")
-	r, err := Patch(ctxT(t), c.env, p, "x = 1", "x = 9", true)
+	r, err := files.Patch(ctxT(t), c.env, p, "x = 1", "x = 9", true)
 	if err != nil || r.Replacements != 2 {
 		t.Fatalf("replace_all: %+v %v", r, err)
 	}
@@ -554,7 +555,7 @@ func (c *conf) testPatchMode(t *testing.T) {
 	d := c.scratch(t)
 	p := d + "/run.sh"
 	c.sh(t, "printf '#!/bin/sh\\necho one\\n' >"+shellword.Quote(p)+" && chmod 700 "+shellword.Quote(p))
-	if _, err := Patch(ctxT(t), c.env, p, "one", "two", false); err != nil {
+	if _, err := files.Patch(ctxT(t), c.env, p, "one", "two", false); err != nil {
 		t.Fatal(err)
 	}
 	if m := strings.TrimSpace(c.sh(t, "stat -c %a "+shellword.Quote(p))); m != "700" {
@@ -569,7 +570,7 @@ func (c *conf) testPatchCRLF(t *testing.T) {
 	d := c.scratch(t)
 	p := d + "/win.txt"
 	c.write(t, p, "one\r\ntwo\r\nthree\r\n")
-	if _, err := Patch(ctxT(t), c.env, p, "one\ntwo\n", "uno\ndos\n", false); err != nil {
+	if _, err := files.Patch(ctxT(t), c.env, p, "one\ntwo\n", "uno\ndos\n", false); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.sum(t, p); got != sha("uno\r\ndos\r\nthree\r\n") {
@@ -591,14 +592,14 @@ func (c *conf) tree(t *testing.T) string {
 
 func (c *conf) testSearchContent(t *testing.T) {
 	d := c.tree(t)
-	s, err := Search(ctxT(t), c.env, "needle", d, "content", "", 0, 0, 0)
+	s, err := files.Search(ctxT(t), c.env, "needle", d, "content", "", 0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.Total != 5 || len(s.Matches) != 5 || s.Truncated {
 		t.Fatalf("search: %+v, want 5 matches", s)
 	}
-	byPath := map[string]Match{}
+	byPath := map[string]files.Match{}
 	for _, m := range s.Matches {
 		byPath[m.Path] = m
 	}
@@ -608,23 +609,23 @@ func (c *conf) testSearchContent(t *testing.T) {
 	if m := byPath[d+"/docs/readme.md"]; m.Line != 4 || m.Content != "needle three" {
 		t.Fatalf("readme match %+v", m)
 	}
-	s, err = Search(ctxT(t), c.env, "needle", d, "content", "*.go", 0, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, "needle", d, "content", "*.go", 0, 0, 0)
 	if err != nil || s.Total != 2 {
 		t.Fatalf("file_glob *.go: %+v %v", s, err)
 	}
-	s, err = Search(ctxT(t), c.env, "needle", d, "content", "*.{ts,tsx}", 0, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, "needle", d, "content", "*.{ts,tsx}", 0, 0, 0)
 	if err != nil || s.Total != 2 {
 		t.Fatalf("file_glob *.{ts,tsx}: %+v %v", s, err)
 	}
-	s, err = Search(ctxT(t), c.env, "Needle\\(\\)", d, "content", "", 0, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, "Needle\\(\\)", d, "content", "", 0, 0, 0)
 	if err != nil || s.Total != 1 || s.Matches[0].Path != d+"/lib/util.go" {
 		t.Fatalf("regex search: %+v %v", s, err)
 	}
-	s, err = Search(ctxT(t), c.env, "absent-text-xyz", d, "content", "", 0, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, "absent-text-xyz", d, "content", "", 0, 0, 0)
 	if err != nil || s.Total != 0 || s.Matches == nil || s.Truncated {
 		t.Fatalf("no matches: %+v %v", s, err)
 	}
-	s, err = Search(ctxT(t), c.env, "needle", d+"/main.go", "content", "", 0, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, "needle", d+"/main.go", "content", "", 0, 0, 0)
 	if err != nil || s.Total != 1 || s.Matches[0].Path != d+"/main.go" {
 		t.Fatalf("search in one file: %+v %v", s, err)
 	}
@@ -633,16 +634,16 @@ func (c *conf) testSearchContent(t *testing.T) {
 func (c *conf) testSearchContext(t *testing.T) {
 	d := c.scratch(t)
 	c.write(t, d+"/ctx.txt", "a\nb\nTARGET 1\nc\nd\ne\nf\nTARGET 2\ng\n")
-	s, err := Search(ctxT(t), c.env, "TARGET", d, "content", "", 0, 1, 0)
+	s, err := files.Search(ctxT(t), c.env, "TARGET", d, "content", "", 0, 1, 0)
 	if err != nil || s.Total != 2 {
 		t.Fatalf("context search: %+v %v", s, err)
 	}
 	m := s.Matches[0]
-	if m.Line != 3 || len(m.Before) != 1 || m.Before[0] != (ContextLine{2, "b"}) || len(m.After) != 1 || m.After[0] != (ContextLine{4, "c"}) {
+	if m.Line != 3 || len(m.Before) != 1 || m.Before[0] != (files.ContextLine{Line: 2, Content: "b"}) || len(m.After) != 1 || m.After[0] != (files.ContextLine{Line: 4, Content: "c"}) {
 		t.Fatalf("first match with context %+v", m)
 	}
 	m = s.Matches[1]
-	if m.Line != 8 || len(m.Before) != 1 || m.Before[0] != (ContextLine{7, "f"}) || len(m.After) != 1 || m.After[0] != (ContextLine{9, "g"}) {
+	if m.Line != 8 || len(m.Before) != 1 || m.Before[0] != (files.ContextLine{Line: 7, Content: "f"}) || len(m.After) != 1 || m.After[0] != (files.ContextLine{Line: 9, Content: "g"}) {
 		t.Fatalf("second match with context %+v", m)
 	}
 }
@@ -650,11 +651,11 @@ func (c *conf) testSearchContext(t *testing.T) {
 func (c *conf) testSearchPagination(t *testing.T) {
 	d := c.scratch(t)
 	c.sh(t, "i=1; while [ $i -le 120 ]; do echo hit $i; i=$((i+1)); done >"+shellword.Quote(d+"/many.txt"))
-	s, err := Search(ctxT(t), c.env, "hit", d, "content", "", 0, 0, 0)
-	if err != nil || s.Total != 120 || len(s.Matches) != DefaultSearchLimit || !s.Truncated || !strings.Contains(s.Hint, "offset=50") {
+	s, err := files.Search(ctxT(t), c.env, "hit", d, "content", "", 0, 0, 0)
+	if err != nil || s.Total != 120 || len(s.Matches) != files.DefaultSearchLimit || !s.Truncated || !strings.Contains(s.Hint, "offset=50") {
 		t.Fatalf("first page: total %d, %d shown, truncated %v, hint %q, err %v", s.Total, len(s.Matches), s.Truncated, s.Hint, err)
 	}
-	s, err = Search(ctxT(t), c.env, "hit", d, "content", "", 30, 0, 100)
+	s, err = files.Search(ctxT(t), c.env, "hit", d, "content", "", 30, 0, 100)
 	if err != nil || len(s.Matches) != 20 || s.Matches[0].Line != 101 || s.Truncated {
 		t.Fatalf("last page: %d shown, first %+v, truncated %v, err %v", len(s.Matches), s.Matches, s.Truncated, err)
 	}
@@ -662,7 +663,7 @@ func (c *conf) testSearchPagination(t *testing.T) {
 
 func (c *conf) testSearchFiles(t *testing.T) {
 	d := c.tree(t)
-	s, err := Search(ctxT(t), c.env, "*.go", d, "files", "", 0, 0, 0)
+	s, err := files.Search(ctxT(t), c.env, "*.go", d, "files", "", 0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -670,15 +671,15 @@ func (c *conf) testSearchFiles(t *testing.T) {
 	if s.Total != 3 || strings.Join(s.Files, ",") != strings.Join(want, ",") {
 		t.Fatalf("files *.go: %+v, want %q", s, want)
 	}
-	s, err = Search(ctxT(t), c.env, "lib/*_test.go", d, "files", "", 0, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, "lib/*_test.go", d, "files", "", 0, 0, 0)
 	if err != nil || s.Total != 1 || s.Files[0] != d+"/lib/util_test.go" {
 		t.Fatalf("files lib/*_test.go: %+v %v", s, err)
 	}
-	s, err = Search(ctxT(t), c.env, "", d, "files", "*.ts*", 2, 0, 1)
+	s, err = files.Search(ctxT(t), c.env, "", d, "files", "*.ts*", 2, 0, 1)
 	if err != nil || s.Total != 2 || len(s.Files) != 1 || s.Files[0] != d+"/web/view.tsx" {
 		t.Fatalf("files with file_glob and offset: %+v %v", s, err)
 	}
-	s, err = Search(ctxT(t), c.env, "*", d, "files", "", 2, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, "*", d, "files", "", 2, 0, 0)
 	if err != nil || s.Total != 6 || len(s.Files) != 2 || !s.Truncated {
 		t.Fatalf("all files, limit 2: %+v %v", s, err)
 	}
@@ -686,15 +687,15 @@ func (c *conf) testSearchFiles(t *testing.T) {
 
 func (c *conf) testSearchErrors(t *testing.T) {
 	d := c.scratch(t)
-	_, err := Search(ctxT(t), c.env, "x", d+"/nope", "content", "", 0, 0, 0)
+	_, err := files.Search(ctxT(t), c.env, "x", d+"/nope", "content", "", 0, 0, 0)
 	wantErr(t, err, "does not exist")
 	c.write(t, d+"/f.txt", "x\n")
-	_, err = Search(ctxT(t), c.env, "(unclosed", d, "content", "", 0, 0, 0)
+	_, err = files.Search(ctxT(t), c.env, "(unclosed", d, "content", "", 0, 0, 0)
 	if err == nil {
 		t.Fatal("an invalid regular expression gave no error")
 	}
-	_, err = Search(ctxT(t), c.env, "x", d, "bogus", "", 0, 0, 0)
+	_, err = files.Search(ctxT(t), c.env, "x", d, "bogus", "", 0, 0, 0)
 	wantErr(t, err, "target", "content", "files")
-	_, err = Search(ctxT(t), c.env, "", d, "content", "", 0, 0, 0)
+	_, err = files.Search(ctxT(t), c.env, "", d, "content", "", 0, 0, 0)
 	wantErr(t, err, "empty")
 }
