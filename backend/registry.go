@@ -59,6 +59,9 @@ type EnvInfo struct {
 	ID      string // container or sandbox id
 	Image   string
 	Created time.Time
+	// Persistent reports an environment kept across Close on purpose
+	// (container_persistent), as opposed to a leftover.
+	Persistent bool
 }
 
 // EnvAdmin lists and removes a backend's kept environments.

@@ -41,10 +41,6 @@ import (
 	"github.com/a55dbaac/berth/terminal"
 )
 
-// Factory builds a fresh backend (a fresh environment) for one test. It
-// should register cleanup with t.Cleanup.
-type Factory func(t testing.TB) backend.Backend
-
 // Options tunes the suite for a backend.
 type Options struct {
 	// Grace is the TERM-to-KILL grace the suite configures; zero means 1 s.
@@ -79,12 +75,14 @@ var runTag = func() string {
 
 // Suite holds what the tests share.
 type Suite struct {
-	f    Factory
+	f    func(testing.TB) backend.Backend
 	opts Options
 }
 
-// Run runs every conformance group against the backend built by f.
-func Run(t *testing.T, f Factory, opts Options) {
+// Run runs every conformance group against the backends built by f, which
+// builds a fresh backend (a fresh environment) for one test and registers
+// its cleanup with t.Cleanup.
+func Run(t *testing.T, f func(t testing.TB) backend.Backend, opts Options) {
 	if opts.Grace <= 0 {
 		opts.Grace = time.Second
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,7 +52,7 @@ func (s *Suite) mgr(t *testing.T, lifetime int) (*manager.Manager, *atomic.Int32
 		cfg.Terminal.LifetimeSeconds = lifetime
 	}
 	var built atomic.Int32
-	m := manager.NewWithFactory(cfg, nil, func(ctx context.Context, key string) (backend.Backend, error) {
+	m := manager.NewWithFactory(cfg, nil, func(ctx context.Context, _ backend.Options) (backend.Backend, error) {
 		built.Add(1)
 		return s.f(t), nil
 	})
@@ -309,23 +310,30 @@ func (s *Suite) testIdleSweep(t *testing.T) {
 	if busy.Error != nil {
 		t.Fatal(*busy.Error)
 	}
+	// A shell job (`cmd &`) is work in progress too: sweeping would kill it.
+	if r := m.Run(ctx, "shelljob", terminal.Request{Command: "sleep 1011" + runTag + " >/dev/null 2>&1 &"}); r.Error != nil {
+		t.Fatal(*r.Error)
+	}
+	want := []string{"busy", "shelljob"}
 	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		keys := m.Keys()
-		if len(keys) == 1 && keys[0] == "busy" {
-			break
-		}
+	for time.Now().Before(deadline) && !slices.Equal(m.Keys(), want) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if keys := m.Keys(); len(keys) != 1 || keys[0] != "busy" {
-		t.Fatalf("after the lifetime, environments %v; want only the busy one kept", keys)
+	if keys := m.Keys(); !slices.Equal(keys, want) {
+		t.Fatalf("after the lifetime, environments %v; want %v kept (a background process, a shell job)", keys, want)
 	}
-	// Using a swept key again creates a fresh environment.
-	if r := m.Run(ctx, "idle", terminal.Request{Command: "echo back"}); r.Output != "back" {
-		t.Fatalf("reuse after sweep: %+v", r)
+	// Using a swept key again creates a fresh environment, and says so:
+	// the shell state of the old one is gone.
+	r := m.Run(ctx, "idle", terminal.Request{Command: "echo back"})
+	if r.Output != "back" || !r.EnvironmentRecreated {
+		t.Fatalf("reuse after sweep: %+v; want output back and environment_recreated", r)
 	}
-	if n := built.Load(); n != 3 {
-		t.Fatalf("built %d environments, want 3 (idle, busy, idle again)", n)
+	if r := m.Run(ctx, "idle", terminal.Request{Command: "echo again"}); r.EnvironmentRecreated {
+		t.Fatalf("second command after the sweep also says environment_recreated: %+v", r)
+	}
+	if n := built.Load(); n != 4 {
+		t.Fatalf("built %d environments, want 4 (idle, busy, shelljob, idle again)", n)
 	}
 	do(m, busy.SessionID, "kill")
+	m.Run(ctx, "shelljob", terminal.Request{Command: "kill %1"})
 }

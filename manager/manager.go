@@ -30,12 +30,13 @@ const DefaultKey = "default"
 // environment.
 type Manager struct {
 	cfg     *config.Config
-	factory Factory
+	factory backend.Factory
 	log     *slog.Logger
 	procs   *process.Registry
 
 	mu      sync.Mutex
 	envs    map[string]*entry
+	swept   map[string]bool // keys whose environment the idle sweep cleaned up
 	closed  bool
 	sweeper chan struct{} // closed to stop the sweeper
 }
@@ -52,18 +53,15 @@ func New(cfg *config.Config, log *slog.Logger) *Manager {
 		log = slog.Default()
 	}
 	return &Manager{
-		cfg: cfg, log: log, envs: map[string]*entry{},
+		cfg: cfg, log: log, envs: map[string]*entry{}, swept: map[string]bool{},
 		procs: process.NewRegistry(time.Duration(cfg.Terminal.Timeout) * time.Second),
 	}
 }
 
-// Factory builds the backend for an environment key.
-type Factory func(ctx context.Context, key string) (backend.Backend, error)
-
 // NewWithFactory returns a manager whose environments come from factory
 // instead of the backend registry: for Go programs with their own backend,
 // and for the conformance suite.
-func NewWithFactory(cfg *config.Config, log *slog.Logger, factory Factory) *Manager {
+func NewWithFactory(cfg *config.Config, log *slog.Logger, factory backend.Factory) *Manager {
 	m := New(cfg, log)
 	m.factory = factory
 	return m
@@ -120,15 +118,16 @@ func (m *Manager) create(ctx context.Context, key string) (*terminal.Env, error)
 	t := m.cfg.Terminal
 	var be backend.Backend
 	var err error
+	opts := backend.Options{Key: key, Config: t, Home: m.cfg.Home, Logger: m.log, Getenv: m.cfg.Getenv}
 	if m.factory != nil {
-		be, err = m.factory(ctx, key)
+		be, err = m.factory(ctx, opts)
 	} else {
 		reg, ok := backend.Lookup(t.Backend)
 		if !ok {
 			return nil, fmt.Errorf("backend %q is not available in this build (available: %s); refusing to run anywhere else",
 				t.Backend, strings.Join(backend.Names(), ", "))
 		}
-		be, err = reg.New(ctx, backend.Options{Key: key, Config: t, Home: m.cfg.Home, Logger: m.log, Getenv: m.cfg.Getenv})
+		be, err = reg.New(ctx, opts)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s backend for %q: %w", t.Backend, key, err)
@@ -142,6 +141,7 @@ func (m *Manager) create(ctx context.Context, key string) (*terminal.Env, error)
 		MaxOutputChars: m.cfg.MaxOutputChars,
 		SpillDir:       filepath.Join(m.cfg.Home, "spill"),
 		FreshShell:     !t.PersistentShell,
+		Replaces:       m.takeSwept(key),
 		Session: session.Options{
 			Cwd:    cwd,
 			Grace:  time.Duration(t.DaemonTermGraceSeconds * float64(time.Second)),
@@ -289,14 +289,39 @@ func (m *Manager) Sweep(ctx context.Context, lifetime time.Duration) []string {
 		}
 		idle = append(idle, k)
 	}
+	envs := make([]*terminal.Env, len(idle))
+	for i, k := range idle {
+		envs[i] = m.envs[k].env
+	}
 	m.mu.Unlock()
-	for _, k := range idle {
+	var swept []string
+	for i, k := range idle {
+		// Jobs the shell itself started (`cmd &`) die with it: such an
+		// environment is not idle.
+		if envs[i].Session().HasJobs(ctx) {
+			envs[i].Touch()
+			continue
+		}
 		m.log.Debug("cleaning idle environment", "key", k, "lifetime", lifetime)
+		m.mu.Lock()
+		m.swept[k] = true // before Close: the next call may come at once
+		m.mu.Unlock()
 		if err := m.Close(ctx, k); err != nil {
 			m.log.Warn("clean idle environment", "key", k, "err", err)
 		}
+		swept = append(swept, k)
 	}
-	return idle
+	return swept
+}
+
+// takeSwept reports, once, whether key's environment was cleaned up by the
+// idle sweep, so its replacement says environment_recreated.
+func (m *Manager) takeSwept(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	was := m.swept[key]
+	delete(m.swept, key)
+	return was
 }
 
 // CloseAll tears every environment down and refuses new ones.

@@ -40,6 +40,10 @@ type Result struct {
 	TruncationNote       string  `json:"truncation_note,omitempty"`
 	EnvironmentRecreated bool    `json:"environment_recreated,omitempty"`
 	ExitCodeMeaning      string  `json:"exit_code_meaning,omitempty"`
+	// Err is the Go error behind Error, for callers that tell errors apart
+	// with errors.Is and errors.As (a *backend.UnreachableError,
+	// session.ErrShellLost); it is not part of the JSON contract.
+	Err error `json:"-"`
 }
 
 // Markers appended to output, exactly as the reference prints them.
@@ -61,6 +65,10 @@ type Options struct {
 	// FreshShell runs every command in a new shell with no state carried
 	// over (terminal.persistent_shell: false).
 	FreshShell bool
+	// Replaces says this environment replaces one of the same key that was
+	// cleaned up (an idle sweep): its shell state is gone, and the first
+	// result says environment_recreated.
+	Replaces bool
 }
 
 // Env is one environment: a backend, its persistent session, and the tool
@@ -75,6 +83,7 @@ type Env struct {
 	lastUsed time.Time
 	running  int // foreground commands in flight
 	closed   bool
+	replaced bool // the first result must say environment_recreated
 }
 
 // Busy reports whether a foreground command is running.
@@ -103,7 +112,7 @@ func New(be backend.Backend, opts Options) *Env {
 		}
 		opts.Session.Env = env
 	}
-	return &Env{be: be, sess: session.New(be, opts.Session), opts: opts, lastUsed: time.Now()}
+	return &Env{be: be, sess: session.New(be, opts.Session), opts: opts, lastUsed: time.Now(), replaced: opts.Replaces}
 }
 
 // Backend returns the environment's backend.
@@ -127,11 +136,15 @@ func (e *Env) Touch() {
 }
 
 // ErrorResult is the result of a request that could not run: the error's
-// text in "error", exit code -1.
+// text in "error", exit code -1, and the error itself in Err for Go callers.
 func ErrorResult(err error) Result {
 	msg := err.Error()
-	return Result{ExitCode: -1, Error: &msg}
+	return Result{ExitCode: -1, Error: &msg, Err: err}
 }
+
+// MaxTimeout is the longest timeout a request may ask for, in seconds (one
+// day); longer work belongs in the background.
+const MaxTimeout = 86400
 
 // Validate checks a request's fields and returns an error naming the bad
 // value and what is accepted.
@@ -142,8 +155,11 @@ func Validate(req Request) error {
 	if strings.IndexByte(req.Command, 0) >= 0 {
 		return errors.New("command contains a NUL byte, which no shell can receive")
 	}
-	if req.Timeout < 0 {
-		return fmt.Errorf("timeout %d: must be a whole number of seconds >= 1", req.Timeout)
+	if req.Timeout < 0 || req.Timeout > MaxTimeout {
+		return fmt.Errorf("timeout %d: must be a whole number of seconds from 1 to %d (one day); run longer work with background: true", req.Timeout, MaxTimeout)
+	}
+	if strings.IndexByte(req.Workdir, 0) >= 0 {
+		return fmt.Errorf("workdir %q contains a NUL byte, which no path can hold", req.Workdir)
 	}
 	if req.Workdir != "" && !path.IsAbs(req.Workdir) && req.Workdir != "~" && !strings.HasPrefix(req.Workdir, "~/") {
 		return fmt.Errorf("workdir %q: must be an absolute path (or ~ or ~/...)", req.Workdir)
@@ -217,6 +233,11 @@ func (e *Env) Run(ctx context.Context, req Request) Result {
 	if rc, ok := e.be.(backend.Recreator); ok && rc.Recreated() {
 		r.EnvironmentRecreated = true
 	}
+	e.mu.Lock()
+	if e.replaced {
+		r.EnvironmentRecreated, e.replaced = true, false
+	}
+	e.mu.Unlock()
 	return r
 }
 

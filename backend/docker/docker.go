@@ -79,6 +79,47 @@ var (
 	_ backend.FileWriter   = (*Backend)(nil)
 )
 
+// cleaned records the daemons whose leftovers this berth process already
+// cleaned up: crash clean-up runs once per daemon per process (like Nomad's
+// dangling-container reconciler), not on every environment creation.
+var (
+	cleanedMu sync.Mutex
+	cleaned   = map[string]bool{}
+)
+
+// cleanUpOnce removes, the first time this process talks to b's daemon,
+// what crashed berths left there: containers of dead owners and throwaway
+// containers stopped for longer than twice the idle lifetime.
+func (b *Backend) cleanUpOnce(ctx context.Context, lifetimeSeconds int) {
+	cleanedMu.Lock()
+	defer cleanedMu.Unlock()
+	if cleaned[b.host] {
+		return
+	}
+	cleaned[b.host] = true
+	rctx, rcancel := context.WithTimeout(ctx, reapTimeout)
+	if removed, stopped, err := reapDeadOwners(rctx, b.cli, b.host); err != nil {
+		b.log.Warn("docker: cleaning up after a crashed berth failed", "err", err)
+	} else if len(removed)+len(stopped) > 0 {
+		b.log.Info("docker: cleaned up after a crashed berth", "removed", removed, "stopped_persistent", stopped)
+	}
+	rcancel()
+	lifetime := max(60, lifetimeSeconds)
+	if removed, err := pruneOrphans(ctx, b.cli, b.host, 2*time.Duration(lifetime)*time.Second); err != nil {
+		b.log.Warn("docker: orphan pruning failed", "err", err)
+	} else if len(removed) > 0 {
+		b.log.Info("docker: removed orphaned containers", "containers", removed)
+	}
+}
+
+// logger is the options' logger, else slog's default.
+func logger(opts backend.Options) *slog.Logger {
+	if opts.Logger != nil {
+		return opts.Logger
+	}
+	return slog.Default()
+}
+
 // New connects to the daemon (DOCKER_HOST or /var/run/docker.sock), removes
 // orphaned containers of earlier crashed runs, makes sure the image exists
 // locally (pulling it once if not), and creates — or finds by its labels and
@@ -99,7 +140,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		host:       daemonHost(opts.Getenv),
 		spec:       sp,
 		sessionEnv: forwardEnv(opts.Config.DockerForwardEnv, opts.Getenv),
-		log:        slog.Default().With("backend", Name, "key", sp.Key),
+		log:        logger(opts).With("backend", Name, "key", sp.Key),
 		diskOK:     true,
 		copyMin:    copyMinSize,
 	}
@@ -116,19 +157,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		}
 	}
 
-	rctx, rcancel := context.WithTimeout(ctx, reapTimeout)
-	if removed, stopped, err := reapDeadOwners(rctx, cli, b.host); err != nil {
-		b.log.Warn("docker: cleaning up after a crashed berth failed", "err", err)
-	} else if len(removed)+len(stopped) > 0 {
-		b.log.Info("docker: cleaned up after a crashed berth", "removed", removed, "stopped_persistent", stopped)
-	}
-	rcancel()
-	lifetime := max(60, opts.Config.LifetimeSeconds)
-	if removed, err := pruneOrphans(ctx, cli, b.host, 2*time.Duration(lifetime)*time.Second); err != nil {
-		b.log.Warn("docker: orphan pruning failed", "err", err)
-	} else if len(removed) > 0 {
-		b.log.Info("docker: removed orphaned containers", "containers", removed)
-	}
+	b.cleanUpOnce(ctx, opts.Config.LifetimeSeconds)
 
 	if err := ensureImage(ctx, cli, b.host, sp.Image); err != nil {
 		cli.Close()

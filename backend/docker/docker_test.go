@@ -33,7 +33,7 @@ func testKey(t testing.TB) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := Remove(ctx, key); err != nil {
+		if err := (envAdmin{}).Remove(ctx, backend.Options{}, key); err != nil {
 			t.Errorf("cleanup: remove %s: %v", key, err)
 		}
 	})
@@ -402,14 +402,14 @@ func testPersistenceAcrossBackends(t *testing.T) {
 	if b2.Recreated() {
 		t.Error("reattach reported as recreation")
 	}
-	envs, err := List(ctx)
+	envs, err := (envAdmin{}).List(ctx, backend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	found := false
 	for _, e := range envs {
 		if e.Key == opts.Key {
-			found = e.ContainerID == id1 && e.Persistent && e.State == "running" && e.Image == opts.Config.DockerImage
+			found = e.ID == id1 && e.Persistent && e.State == "running" && e.Image == opts.Config.DockerImage
 		}
 	}
 	if !found {

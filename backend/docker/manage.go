@@ -13,77 +13,6 @@ import (
 	"github.com/moby/moby/client"
 )
 
-// EnvInfo describes one berth environment (container) on the daemon.
-type EnvInfo struct {
-	Key         string        // environment key (label berth.key)
-	Name        string        // container name
-	ContainerID string        // full container id
-	Image       string        // image the container runs
-	State       string        // running, exited, paused, created, ...
-	Created     time.Time     // when the container was created
-	Age         time.Duration // time since Created
-	Persistent  bool          // created with container_persistent
-}
-
-// List returns berth's environments on the daemon named by DOCKER_HOST (or
-// /var/run/docker.sock), sorted by key.
-func List(ctx context.Context) ([]EnvInfo, error) {
-	cli, err := connect(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
-	items, err := berthContainers(ctx, cli, daemonHost(nil))
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	out := make([]EnvInfo, 0, len(items))
-	for _, c := range items {
-		created := time.Unix(c.Created, 0)
-		name := ""
-		if len(c.Names) > 0 {
-			name = strings.TrimPrefix(c.Names[0], "/")
-		}
-		out = append(out, EnvInfo{
-			Key:         c.Labels[LabelKey],
-			Name:        name,
-			ContainerID: c.ID,
-			Image:       c.Image,
-			State:       string(c.State),
-			Created:     created,
-			Age:         now.Sub(created),
-			Persistent:  c.Labels[LabelPersistent] == "1",
-		})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
-}
-
-// Remove deletes the environment of key: its container (running or not)
-// and its volumes, persistent or not. Removing a key that has nothing is
-// not an error.
-func Remove(ctx context.Context, key string) error {
-	cli, err := connect(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	return removeEnv(ctx, cli, daemonHost(nil), key)
-}
-
-// Prune removes berth's containers that have not been running for longer
-// than maxAge (exited, dead, or created and never started), with their
-// volumes — persistent ones included — and returns the keys it removed.
-func Prune(ctx context.Context, maxAge time.Duration) (removed []string, err error) {
-	cli, err := connect(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
-	return prune(ctx, cli, daemonHost(nil), maxAge, true, nil)
-}
-
 // pruneOrphans removes throwaway (non-persistent) berth containers stopped
 // for longer than maxAge: leftovers of a berth that crashed. Persistent
 // containers are stopped on purpose and kept.
@@ -217,26 +146,53 @@ func ensureImage(ctx context.Context, cli *client.Client, host, image string) er
 		image, pullErr, image, image)
 }
 
-// envAdmin exposes List, Remove and Prune to the backend registry for
-// `berth env`.
+// envAdmin lists, removes and prunes berth's containers for `berth env`,
+// on the daemon the options name (DOCKER_HOST from the environment or the
+// .env file, else /var/run/docker.sock).
 type envAdmin struct{}
 
 func (envAdmin) List(ctx context.Context, opts backend.Options) ([]backend.EnvInfo, error) {
-	envs, err := List(ctx)
+	cli, err := connect(ctx, opts.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]backend.EnvInfo, 0, len(envs))
-	for _, e := range envs {
-		out = append(out, backend.EnvInfo{Backend: Name, Key: e.Key, State: e.State, ID: e.ContainerID, Image: e.Image, Created: e.Created})
+	defer cli.Close()
+	items, err := berthContainers(ctx, cli, daemonHost(opts.Getenv))
+	if err != nil {
+		return nil, err
 	}
+	out := make([]backend.EnvInfo, 0, len(items))
+	for _, c := range items {
+		out = append(out, backend.EnvInfo{
+			Backend: Name, Key: c.Labels[LabelKey], State: string(c.State),
+			ID: c.ID, Image: c.Image, Created: time.Unix(c.Created, 0),
+			Persistent: c.Labels[LabelPersistent] == "1",
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }
 
+// Remove deletes the environment of key: its container (running or not)
+// and its volumes, persistent or not. Removing a key that has nothing is
+// not an error.
 func (envAdmin) Remove(ctx context.Context, opts backend.Options, key string) error {
-	return Remove(ctx, key)
+	cli, err := connect(ctx, opts.Getenv)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	return removeEnv(ctx, cli, daemonHost(opts.Getenv), key)
 }
 
+// Prune removes berth's containers that have not been running for longer
+// than maxAge (exited, dead, or created and never started), with their
+// volumes — persistent ones included — and returns the keys it removed.
 func (envAdmin) Prune(ctx context.Context, opts backend.Options, maxAge time.Duration) ([]string, error) {
-	return Prune(ctx, maxAge)
+	cli, err := connect(ctx, opts.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	return prune(ctx, cli, daemonHost(opts.Getenv), maxAge, true, nil)
 }

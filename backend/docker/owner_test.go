@@ -72,7 +72,8 @@ func testCrashedOwnersContainersCleaned(t *testing.T) {
 	}
 	currentOwner = saved
 
-	next := newBackend(t, testOptions(t, nil)) // construction cleans up
+	forgetCleanUp()
+	next := newBackend(t, testOptions(t, nil)) // the first construction per daemon cleans up
 	_ = next
 	if _, err := cli.ContainerInspect(ctx, ids[0], client.ContainerInspectOptions{}); err == nil {
 		t.Errorf("throwaway container of the dead owner still exists")
@@ -105,4 +106,12 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// forgetCleanUp lets the next New clean up again, as a new berth process
+// would.
+func forgetCleanUp() {
+	cleanedMu.Lock()
+	defer cleanedMu.Unlock()
+	clear(cleaned)
 }

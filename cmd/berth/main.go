@@ -19,9 +19,7 @@ import (
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/manager"
 
-	_ "github.com/a55dbaac/berth/backend/docker"
-	_ "github.com/a55dbaac/berth/backend/local"
-	_ "github.com/a55dbaac/berth/backend/ssh"
+	_ "github.com/a55dbaac/berth/backend/all"
 )
 
 // exitError carries a process exit status up to main without printing.
