@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path"
 	"path/filepath"
 	"sort"
@@ -47,10 +48,28 @@ type entry struct {
 	err   error
 }
 
-// New returns a manager for the given configuration.
+// New returns a manager for the given configuration. A configuration
+// without a home (a hand-built one) gets the default berth home
+// (BERTH_HOME, else ~/.berth), so spill files never land in the caller's
+// working directory; MaxOutputChars 0 means the contract's default.
 func New(cfg *config.Config, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
+	}
+	if cfg.Home == "" || cfg.MaxOutputChars <= 0 {
+		c := *cfg
+		if c.Home == "" {
+			if home, err := config.HomeDir(nil); err == nil {
+				c.Home = home
+			} else {
+				c.Home = filepath.Join(os.TempDir(), "berth")
+				log.Warn("manager: no berth home; using a temporary one", "home", c.Home, "err", err)
+			}
+		}
+		if c.MaxOutputChars <= 0 {
+			c.MaxOutputChars = config.DefaultMaxOutputChars
+		}
+		cfg = &c
 	}
 	return &Manager{
 		cfg: cfg, log: log, envs: map[string]*entry{}, swept: map[string]bool{},

@@ -1,0 +1,33 @@
+package manager_test
+
+import (
+	"context"
+	"fmt"
+
+	_ "github.com/a55dbaac/berth/backend/all" // registers local, docker, ssh, ...
+	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/manager"
+	"github.com/a55dbaac/berth/terminal"
+)
+
+// Two commands in one environment: the second sees the cwd and the
+// variable the first one set, and a failing command is a result, not an
+// error.
+func ExampleManager_Run() {
+	ctx := context.Background()
+	cfg := &config.Config{Terminal: config.Defaults()} // backend "local"
+	m := manager.New(cfg, nil)
+	defer m.CloseAll(ctx)
+
+	r1 := m.Run(ctx, "example", terminal.Request{Command: "cd /usr && export GREETING=hello"})
+	r2 := m.Run(ctx, "example", terminal.Request{Command: `echo "$GREETING from $PWD"; grep -q nothing /dev/null`})
+	if r2.Err != nil {
+		fmt.Println("could not run:", r2.Err)
+		return
+	}
+	fmt.Printf("cwd %s\n", r1.Cwd)
+	fmt.Printf("%q exit %d (%s)\n", r2.Output, r2.ExitCode, r2.ExitCodeMeaning)
+	// Output:
+	// cwd /usr
+	// "hello from /usr" exit 1 (no matches found (not an error))
+}
