@@ -29,6 +29,9 @@
 //     over.
 //   - [NativeFS]: the environment is this machine's filesystem as the same
 //     user; the file tools then use the os package directly.
+//   - [OneShotRunner]: how the reference system runs one command on this
+//     backend when that is not one Start per command (a provider's one-shot
+//     exec API after a state check); berth bench times it as the baseline.
 //   - Registration.Doctor: is the backend usable here, and if not, what to do
 //     (berth doctor).
 //   - Registration.Envs ([EnvAdmin]): environments kept beyond one berth
@@ -157,6 +160,15 @@ type FileWriter interface {
 	// callers need not count them again. A path the API cannot serve is
 	// declined with an error wrapping ErrUnsupported.
 	WriteFile(ctx context.Context, name string, r io.Reader, size int64, perm os.FileMode) error
+}
+
+// OneShotRunner is implemented by backends whose reference implementation
+// runs each command as a one-shot call other than Start (Daytona's toolbox
+// execute after a sandbox state check). berth bench times RunOneShot as the
+// spawn-per-call baseline; without it the baseline is one Start per
+// command.
+type OneShotRunner interface {
+	RunOneShot(ctx context.Context, command string) (exitCode int, err error)
 }
 
 // ErrUnsupported is returned (wrapped) by an optional capability that

@@ -66,9 +66,21 @@ func Latency(ctx context.Context, env *terminal.Env, n int) (Stats, error) {
 // bash is missing) through the backend, reads its output to the end and
 // waits for it — what a spawn-per-call runner does (fork/exec locally, one
 // exec per command on docker, one channel per command on ssh).
+//
+// A backend whose reference implementation runs commands another way
+// (backend.OneShotRunner) is measured that way instead.
 func Spawn(ctx context.Context, be backend.Backend, n int) (Stats, error) {
 	shell := "bash"
 	once := func() error { return spawnOnce(ctx, be, shell) }
+	if r, ok := be.(backend.OneShotRunner); ok {
+		once = func() error {
+			code, err := r.RunOneShot(ctx, TrivialCommand)
+			if err == nil && code != 0 {
+				err = fmt.Errorf("exit %d", code)
+			}
+			return err
+		}
+	}
 	if err := once(); err != nil {
 		shell = "sh"
 		if err := once(); err != nil {
