@@ -9,15 +9,20 @@ import (
 )
 
 func TestFreshShellCarriesNoState(t *testing.T) {
-	be, err := local.New(backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	for _, c := range []struct {
-		fresh bool
-		want  string
-	}{{false, "kept /"}, {true, " " + be.Dir()}} {
+	for _, fresh := range []bool{false, true} {
+		// A closed backend refuses to start anything: one per environment.
+		be, err := local.New(backend.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := struct {
+			fresh bool
+			want  string
+		}{fresh, "kept /"}
+		if fresh {
+			c.want = " " + be.Dir()
+		}
 		e := New(be, Options{SpillDir: t.TempDir(), FreshShell: c.fresh})
 		e.Run(ctx, Request{Command: "export V=kept; cd /"})
 		r := e.Run(ctx, Request{Command: "echo \"$V\" \"$PWD\""})
