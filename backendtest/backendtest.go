@@ -93,16 +93,16 @@ func Run(t *testing.T, f func(t testing.TB) backend.Backend, opts Options) {
 		opts.KeptDir = "$HOME"
 	}
 	s := &Suite{f: f, opts: opts}
-	group := func(name string, tests []namedTest) {
+	group := func(t *testing.T, name string, tests []namedTest) {
 		t.Run(name, func(t *testing.T) {
 			for _, c := range tests {
 				t.Run(c.name, c.fn)
 			}
 		})
 	}
-	group("Process", s.processTests())
-	group("Terminal", s.terminalTests())
-	group("Background", s.backgroundTests())
+	group(t, "Process", s.processTests())
+	group(t, "Terminal", s.terminalTests())
+	group(t, "Background", s.backgroundTests())
 	t.Run("Files", func(t *testing.T) {
 		RunFiles(t, s.env(t))
 	})
@@ -118,7 +118,9 @@ func Run(t *testing.T, f func(t testing.TB) backend.Backend, opts Options) {
 		if opts.Reopen == nil {
 			t.Skip("the backend keeps no environments (Options.Reopen is nil)")
 		}
-		group("", s.persistenceTests())
+		for _, c := range s.persistenceTests() {
+			t.Run(c.name, c.fn)
+		}
 	})
 	if opts.Internal != nil {
 		t.Run("Internal", opts.Internal)
