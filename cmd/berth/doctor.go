@@ -100,8 +100,11 @@ func doctor(ctx context.Context, w io.Writer, cfg *config.Config) bool {
 		fmt.Fprintf(w, "\n%s settings:\n", reg.Name)
 		for _, k := range reg.Keys {
 			v, err := cfg.Get(k.Name)
-			if err != nil {
+			switch {
+			case err != nil:
 				v = "?"
+			case v == "":
+				v = `""`
 			}
 			fmt.Fprintf(w, "  %s = %s (%s)\n      %s\n", k.Name, v, source(cfg, k.Name), k.Help)
 		}
