@@ -3,7 +3,9 @@ package backend
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,6 +51,14 @@ type Registration struct {
 	// Envs administers the environments the backend keeps beyond one berth
 	// process (containers, sandboxes). Nil for backends that keep none.
 	Envs EnvAdmin
+	// Keys are the configuration keys only this backend reads (e.g.
+	// docker_image, ssh_host), under their Hermes names. Register declares
+	// them to package config, so they work in the file, as TERMINAL_*
+	// variables, as flags and with `berth config`; the backend reads them
+	// with opts.Config.String(name), Int, Float, Bool, List or Map. Keys
+	// every backend shares (container_cpu, ...) are fields of
+	// config.Terminal and need no declaration.
+	Keys []config.Key
 }
 
 // EnvInfo describes an environment a backend keeps (berth env ls).
@@ -80,8 +90,11 @@ var (
 	registry = map[string]Registration{}
 )
 
-// Register adds a backend. It panics on a duplicate name, like
-// database/sql.Register, because that is a programming error.
+// Register adds a backend and declares its keys to package config. It
+// panics, like database/sql.Register, on what is a programming error: a
+// duplicate name, or a key whose declaration conflicts with another
+// backend's or a shared key (another kind or variable). Call it from the
+// backend package's init.
 func Register(r Registration) {
 	regMu.Lock()
 	defer regMu.Unlock()
@@ -91,6 +104,10 @@ func Register(r Registration) {
 	if _, dup := registry[r.Name]; dup {
 		panic("backend: Register called twice for " + r.Name)
 	}
+	if err := config.Declare(r.Name, r.Keys); err != nil {
+		panic("backend: Register " + r.Name + ": " + err.Error())
+	}
+	r.Keys = slices.Clone(r.Keys)
 	registry[r.Name] = r
 }
 
@@ -100,6 +117,18 @@ func Lookup(name string) (Registration, bool) {
 	defer regMu.RUnlock()
 	r, ok := registry[name]
 	return r, ok
+}
+
+// Choices describes the backend names for flag help and messages: the
+// registered ones, then the contract's names this build lacks, e.g.
+// "docker, local, ssh (not in this build: singularity, modal, daytona)".
+func Choices() string {
+	builtIn, missing := config.BackendNames()
+	s := strings.Join(builtIn, ", ")
+	if len(missing) > 0 {
+		s += " (not in this build: " + strings.Join(missing, ", ") + ")"
+	}
+	return s
 }
 
 // Names lists the registered backends in sorted order.

@@ -44,7 +44,7 @@ type namedTest struct {
 // it counts how many backends it built.
 func (s *Suite) mgr(t *testing.T, lifetime int) (*manager.Manager, *atomic.Int32) {
 	t.Helper()
-	cfg := &config.Config{Home: t.TempDir(), Terminal: config.Defaults(), MaxOutputChars: 50000}
+	cfg := &config.Config{Home: t.TempDir(), Terminal: config.Default().Terminal, MaxOutputChars: 50000}
 	cfg.Terminal.Cwd = s.opts.Cwd
 	cfg.Terminal.DaemonTermGraceSeconds = s.opts.Grace.Seconds()
 	cfg.Terminal.Timeout = 60

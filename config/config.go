@@ -155,16 +155,9 @@ func Load(opts LoadOptions) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Config{
-		Home:           home,
-		Terminal:       Defaults(),
-		MaxOutputChars: DefaultMaxOutputChars,
-		Sources:        map[string]string{},
-		getenv:         getenv,
-	}
-	for _, k := range allKeys {
-		c.Sources[k.full()] = "default"
-	}
+	keys := allKeys()
+	c := newConfig(home, keys)
+	c.getenv = getenv
 
 	data, err := os.ReadFile(path)
 	switch {
@@ -191,9 +184,9 @@ func Load(opts LoadOptions) (*Config, error) {
 
 	var errs []error
 	if c.Path != "" {
-		errs = append(errs, c.applyFile(data)...)
+		errs = append(errs, c.applyFile(data, keys)...)
 	}
-	for _, k := range allKeys {
+	for _, k := range keys {
 		if k.env == "" {
 			continue
 		}
@@ -207,7 +200,7 @@ func Load(opts LoadOptions) (*Config, error) {
 			if getenv(k.env) == "" {
 				from = " (from " + filepath.Join(filepath.Dir(path), ".env") + ")"
 			}
-			errs = append(errs, fmt.Errorf("%s=%q%s: %s", k.env, raw, from, k.problem(p)))
+			errs = append(errs, fmt.Errorf("%s=%q%s: %s", k.env, raw, from, p))
 			continue
 		}
 		c.assign(k, v)
@@ -227,7 +220,7 @@ func Load(opts LoadOptions) (*Config, error) {
 		}
 		v, p := k.parse(raw)
 		if p != "" {
-			errs = append(errs, fmt.Errorf("flag %s %q: %s", k.full(), raw, k.problem(p)))
+			errs = append(errs, fmt.Errorf("flag %s %q: %s", k.full(), raw, p))
 			continue
 		}
 		c.assign(k, v)
@@ -236,12 +229,47 @@ func Load(opts LoadOptions) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	if b, src := c.Terminal.Backend, c.Sources["terminal.backend"]; src != "default" && !isBuiltIn(b) {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("terminal.backend %q (from %s): backend %s is not built into this berth (%s); commands will fail until you choose a built-in one",
+			b, src, b, backendChoices()))
+	}
 	return c, nil
+}
+
+// newConfig returns a configuration with every default and home as its
+// home directory.
+func newConfig(home string, keys []*keyInfo) *Config {
+	c := &Config{
+		Home:           home,
+		Terminal:       defaultTerminal(),
+		MaxOutputChars: DefaultMaxOutputChars,
+		Sources:        make(map[string]string, len(keys)),
+	}
+	for _, k := range keys {
+		c.Sources[k.full()] = "default"
+	}
+	return c
+}
+
+// Default returns the configuration with every default and nothing read:
+// no config file, no .env, no TERMINAL_* variable. Home is the berth home
+// (BERTH_HOME, else ~/.berth), or "" when neither BERTH_HOME nor a home
+// directory can be found. It is the front door for Go programs: adjust the
+// result with Terminal.Set or its fields, then hand it to manager.New.
+//
+// Config.Getenv of the result reads the process environment (credentials
+// such as DOCKER_HOST or MODAL_TOKEN_ID), with no .env.
+func Default() *Config {
+	home, err := HomeDir(nil)
+	if err != nil {
+		home = ""
+	}
+	return newConfig(home, allKeys())
 }
 
 // applyFile merges the terminal: and tool_output: sections of the YAML text
 // data into c.
-func (c *Config) applyFile(data []byte) []error {
+func (c *Config) applyFile(data []byte, keys []*keyInfo) []error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return []error{fmt.Errorf("config file %s: %w", c.Path, err)}
@@ -266,7 +294,7 @@ func (c *Config) applyFile(data []byte) []error {
 		}
 		seen := map[string]bool{}
 		var names []string
-		for _, k := range allKeys {
+		for _, k := range keys {
 			if k.section == section {
 				names = append(names, k.name)
 			}
@@ -274,10 +302,15 @@ func (c *Config) applyFile(data []byte) []error {
 		for i := 0; i+1 < len(sec.Content); i += 2 {
 			kn, vn := deref(sec.Content[i]), sec.Content[i+1]
 			name := kn.Value
-			k := keyByFull[section+"."+name]
-			if kn.Kind != yaml.ScalarNode || k == nil {
+			var k *keyInfo
+			if kn.Kind == yaml.ScalarNode && !strings.Contains(name, ".") {
+				k = findKey(section + "." + name)
+			}
+			if k == nil {
 				w := fmt.Sprintf("%s.%s in %s (line %d): unknown key, ignored", section, name, c.Path, kn.Line)
-				if s := suggest(name, names, ""); s != "" {
+				if b := missingBackendOf(name); b != "" && section == "terminal" {
+					w = fmt.Sprintf("%s.%s in %s (line %d): a key of backend %s, which is not built into this berth; ignored", section, name, c.Path, kn.Line, b)
+				} else if s := suggest(name, names, ""); s != "" {
 					w += " (did you mean " + s + "?)"
 				}
 				c.Warnings = append(c.Warnings, w)
@@ -290,9 +323,9 @@ func (c *Config) applyFile(data []byte) []error {
 			v, set, raw, p := k.fromNode(vn)
 			if p != "" {
 				if raw != "" || deref(vn).Kind == yaml.ScalarNode {
-					errs = append(errs, fmt.Errorf("%s %q in %s: %s", k.full(), raw, c.Path, k.problem(p)))
+					errs = append(errs, fmt.Errorf("%s %q in %s: %s", k.full(), raw, c.Path, p))
 				} else {
-					errs = append(errs, fmt.Errorf("%s in %s (line %d): %s", k.full(), c.Path, vn.Line, k.problem(p)))
+					errs = append(errs, fmt.Errorf("%s in %s (line %d): %s", k.full(), c.Path, vn.Line, p))
 				}
 				continue
 			}
@@ -334,21 +367,24 @@ func lookupNode(m *yaml.Node, name string) (key, val *yaml.Node) {
 
 // assign stores the typed value v of key k.
 func (c *Config) assign(k *keyInfo, v any) {
-	if k.field < 0 {
+	if k.field == fieldMaxBytes {
 		c.MaxOutputChars = v.(int)
 		return
 	}
-	f := reflect.ValueOf(&c.Terminal).Elem().Field(k.field)
-	f.Set(reflect.ValueOf(v).Convert(f.Type()))
+	c.Terminal.put(k, v)
 }
 
 // value returns the effective value of key k.
 func (c *Config) value(k *keyInfo) any {
-	if k.field < 0 {
+	if k.field == fieldMaxBytes {
 		return c.MaxOutputChars
 	}
-	f := reflect.ValueOf(c.Terminal).Field(k.field)
-	switch k.kind {
+	return c.Terminal.get(k)
+}
+
+// fieldValue returns the value of a Terminal field as the Go type of kind.
+func fieldValue(f reflect.Value, kind valueKind) any {
+	switch kind {
 	case kindString:
 		return f.String()
 	case kindInt:

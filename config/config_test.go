@@ -9,6 +9,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// allowTerminal lets cmp compare the declared values inside a Terminal.
+var allowTerminal = cmp.AllowUnexported(Terminal{})
+
 // envOf returns a Getenv reading only m.
 func envOf(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
@@ -55,7 +58,7 @@ func TestDefaults(t *testing.T) {
 	if want := filepath.Join(dir, ".berth"); c.Home != want {
 		t.Errorf("Home = %q, want %q", c.Home, want)
 	}
-	if diff := cmp.Diff(Defaults(), c.Terminal); diff != "" {
+	if diff := cmp.Diff(defaultTerminal(), c.Terminal, allowTerminal); diff != "" {
 		t.Errorf("Terminal (-want +got):\n%s", diff)
 	}
 	if c.MaxOutputChars != 50000 {
@@ -71,36 +74,61 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// Default is Load without a file or variables: the same values, home
+// resolved, nothing read from TERMINAL_* variables.
+func TestDefault(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "bh")
+	t.Setenv("BERTH_HOME", home)
+	t.Setenv("TERMINAL_TIMEOUT", "7")
+	t.Setenv("TERMINAL_FAKE_PORT", "2222")
+	d := Default()
+	loaded := mustLoad(t, LoadOptions{Getenv: envOf(map[string]string{"BERTH_HOME": home})})
+	if d.Home != home || d.Path != "" || d.MaxOutputChars != DefaultMaxOutputChars {
+		t.Errorf("Default: Home %q Path %q MaxOutputChars %d", d.Home, d.Path, d.MaxOutputChars)
+	}
+	if diff := cmp.Diff(loaded.Terminal, d.Terminal, allowTerminal); diff != "" {
+		t.Errorf("Default().Terminal differs from a Load with nothing set (-load +default):\n%s", diff)
+	}
+	if d.Terminal.Timeout != 180 || d.Terminal.Int("fake_port") != 22 {
+		t.Errorf("Default read TERMINAL_* variables: timeout %d fake_port %d", d.Terminal.Timeout, d.Terminal.Int("fake_port"))
+	}
+	if diff := cmp.Diff(loaded.Sources, d.Sources); diff != "" {
+		t.Errorf("Sources (-load +default):\n%s", diff)
+	}
+	if got, err := d.Get("fake_image"); err != nil || got != "img:1" {
+		t.Errorf("Get(fake_image) = %q, %v", got, err)
+	}
+	t.Setenv("BERTH_HOME", "")
+	t.Setenv("HOME", filepath.Join(home, "u"))
+	if got := Default().Home; got != filepath.Join(home, "u", ".berth") {
+		t.Errorf("Home without BERTH_HOME = %q", got)
+	}
+}
+
 func TestFileValues(t *testing.T) {
 	home, env := homeEnv(t, nil)
 	path := writeFile(t, filepath.Join(home, "config.yaml"), `
 terminal:
-  backend: docker
+  backend: fake
   cwd: /work
   timeout: 60
   lifetime_seconds: 900
-  docker_image: python:3.12
-  singularity_image: docker://alpine
-  modal_image: m:1
-  daytona_image: d:1
   container_cpu: 2.5
   container_memory: 2048
   container_disk: 10240
   container_persistent: no
-  docker_volumes:
+  docker_forward_env: [GITHUB_TOKEN]
+  docker_network: off
+  fake_image: python:3.12
+  fake_port: 2222
+  fake_ratio: 1
+  fake_flag: no
+  fake_mounts:
     - /data:/data:ro
     - "/a b:/c"
-  docker_mount_cwd_to_workspace: yes
-  docker_forward_env: [GITHUB_TOKEN]
-  docker_env:
+  fake_env:
     A: "1"
     B: 2
-  docker_network: off
-  docker_read_only: true
-  ssh_host: example.com
-  ssh_user: me
-  ssh_port: 2222
-  ssh_key: ~/.ssh/id_ed25519
   persistent_shell: false
   daemon_term_grace_seconds: 0.5
   env_passthrough: [MY_VAR]
@@ -111,16 +139,19 @@ tool_output:
 `)
 	c := mustLoad(t, LoadOptions{Getenv: envOf(env)})
 	want := Terminal{
-		Backend: "docker", Cwd: "/work", Timeout: 60, LifetimeSeconds: 900,
-		DockerImage: "python:3.12", SingularityImage: "docker://alpine", ModalImage: "m:1", DaytonaImage: "d:1",
+		Backend: "fake", Cwd: "/work", Timeout: 60, LifetimeSeconds: 900,
 		ContainerCPU: 2.5, ContainerMemory: 2048, ContainerDisk: 10240, ContainerPersistent: false,
-		DockerVolumes: []string{"/data:/data:ro", "/a b:/c"}, DockerMountCwdToWorkspace: true,
-		DockerForwardEnv: []string{"GITHUB_TOKEN"}, DockerEnv: map[string]string{"A": "1", "B": "2"},
-		DockerNetwork: false, DockerReadOnly: true, SSHHost: "example.com", SSHUser: "me", SSHPort: 2222,
-		SSHKey: "~/.ssh/id_ed25519", PersistentShell: false, DaemonTermGraceSeconds: 0.5,
+		DockerForwardEnv: []string{"GITHUB_TOKEN"}, DockerNetwork: false,
+		PersistentShell: false, DaemonTermGraceSeconds: 0.5,
 		EnvPassthrough: []string{"MY_VAR"}, MaxForegroundTimeout: 1200, ShareEnvironment: true,
 	}
-	if diff := cmp.Diff(want, c.Terminal); diff != "" {
+	mustSet(t, &want, "fake_image", "python:3.12")
+	mustSet(t, &want, "fake_port", 2222)
+	mustSet(t, &want, "fake_ratio", 1.0)
+	mustSet(t, &want, "fake_flag", false)
+	mustSet(t, &want, "fake_mounts", []string{"/data:/data:ro", "/a b:/c"})
+	mustSet(t, &want, "fake_env", map[string]string{"A": "1", "B": "2"})
+	if diff := cmp.Diff(want, c.Terminal, allowTerminal); diff != "" {
 		t.Errorf("Terminal (-want +got):\n%s", diff)
 	}
 	if c.Path != path || c.MaxOutputChars != 20000 {
@@ -138,9 +169,9 @@ tool_output:
 
 func TestEmptyValuesKeepDefaults(t *testing.T) {
 	home, env := homeEnv(t, nil)
-	writeFile(t, filepath.Join(home, "config.yaml"), "terminal:\n  timeout:\n  docker_volumes: ~\ntool_output:\n")
+	writeFile(t, filepath.Join(home, "config.yaml"), "terminal:\n  timeout:\n  fake_mounts: ~\n  env_passthrough: ~\ntool_output:\n")
 	c := mustLoad(t, LoadOptions{Getenv: envOf(env)})
-	if diff := cmp.Diff(Defaults(), c.Terminal); diff != "" {
+	if diff := cmp.Diff(defaultTerminal(), c.Terminal, allowTerminal); diff != "" {
 		t.Errorf("Terminal (-want +got):\n%s", diff)
 	}
 	if c.Sources["terminal.timeout"] != "default" {
@@ -150,7 +181,7 @@ func TestEmptyValuesKeepDefaults(t *testing.T) {
 
 func TestPrecedence(t *testing.T) {
 	home, env := homeEnv(t, nil)
-	writeFile(t, filepath.Join(home, "config.yaml"), "terminal:\n  backend: ssh\n  timeout: 30\n  cwd: /file\n  ssh_port: 2200\n")
+	writeFile(t, filepath.Join(home, "config.yaml"), "terminal:\n  backend: fake\n  timeout: 30\n  cwd: /file\n  fake_port: 2200\n  fake_mounts: [/f:/f]\n")
 	tests := []struct {
 		name    string
 		env     map[string]string
@@ -160,14 +191,14 @@ func TestPrecedence(t *testing.T) {
 		cwd     string
 		sources map[string]string
 	}{
-		{"file", nil, nil, "ssh", 30, "/file",
+		{"file", nil, nil, "fake", 30, "/file",
 			map[string]string{"terminal.backend": "file", "terminal.timeout": "file", "terminal.cwd": "file", "terminal.lifetime_seconds": "default"}},
-		{"env over file", map[string]string{"TERMINAL_ENV": "docker", "TERMINAL_TIMEOUT": "45"}, nil, "docker", 45, "/file",
+		{"env over file", map[string]string{"TERMINAL_ENV": "fake2", "TERMINAL_TIMEOUT": "45"}, nil, "fake2", 45, "/file",
 			map[string]string{"terminal.backend": "env:TERMINAL_ENV", "terminal.timeout": "env:TERMINAL_TIMEOUT", "terminal.cwd": "file"}},
-		{"flag over env", map[string]string{"TERMINAL_ENV": "docker", "TERMINAL_TIMEOUT": "45", "TERMINAL_CWD": "/env"},
-			map[string]string{"backend": "local", "terminal.timeout": "5"}, "local", 5, "/env",
+		{"flag over env", map[string]string{"TERMINAL_ENV": "fake2", "TERMINAL_TIMEOUT": "45", "TERMINAL_CWD": "/env"},
+			map[string]string{"backend": "fake", "terminal.timeout": "5"}, "fake", 5, "/env",
 			map[string]string{"terminal.backend": "flag", "terminal.timeout": "flag", "terminal.cwd": "env:TERMINAL_CWD"}},
-		{"TERMINAL_ENV is case-insensitive", map[string]string{"TERMINAL_ENV": " Modal "}, nil, "modal", 30, "/file", nil},
+		{"TERMINAL_ENV is case-insensitive", map[string]string{"TERMINAL_ENV": " Fake2 "}, nil, "fake2", 30, "/file", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,8 +213,8 @@ func TestPrecedence(t *testing.T) {
 			if c.Terminal.Backend != tt.backend || c.Terminal.Timeout != tt.timeout || c.Terminal.Cwd != tt.cwd {
 				t.Errorf("backend %q timeout %d cwd %q", c.Terminal.Backend, c.Terminal.Timeout, c.Terminal.Cwd)
 			}
-			if c.Terminal.SSHPort != 2200 {
-				t.Errorf("ssh_port %d", c.Terminal.SSHPort)
+			if c.Terminal.Int("fake_port") != 2200 {
+				t.Errorf("fake_port %d", c.Terminal.Int("fake_port"))
 			}
 			for k, want := range tt.sources {
 				if c.Sources[k] != want {
@@ -196,52 +227,94 @@ func TestPrecedence(t *testing.T) {
 
 func TestEnvVariables(t *testing.T) {
 	_, env := homeEnv(t, map[string]string{
-		"TERMINAL_LIFETIME_SECONDS":              "60",
-		"TERMINAL_DOCKER_IMAGE":                  "img:1",
-		"TERMINAL_CONTAINER_CPU":                 "0.5",
-		"TERMINAL_CONTAINER_MEMORY":              "1024",
-		"TERMINAL_CONTAINER_DISK":                "4096",
-		"TERMINAL_CONTAINER_PERSISTENT":          "OFF",
-		"TERMINAL_DOCKER_NETWORK":                "0",
-		"TERMINAL_DOCKER_MOUNT_CWD_TO_WORKSPACE": "Yes",
-		"TERMINAL_DOCKER_READ_ONLY":              "on",
-		"TERMINAL_SSH_HOST":                      "h",
-		"TERMINAL_SSH_USER":                      "u",
-		"TERMINAL_SSH_PORT":                      "2022",
-		"TERMINAL_SSH_KEY":                       "/k",
-		"TERMINAL_PERSISTENT_SHELL":              "false",
-		"TERMINAL_DAEMON_TERM_GRACE_SECONDS":     "0",
-		"TERMINAL_MAX_FOREGROUND_TIMEOUT":        "30",
-		"TERMINAL_SHARE_ENVIRONMENT":             "1",
-		"TERMINAL_DOCKER_VOLUMES":                `["/a:/b", "/c:/d:ro"]`,
-		"TERMINAL_DOCKER_FORWARD_ENV":            `["TOKEN"]`,
-		"TERMINAL_DOCKER_ENV":                    `{"X": "1", "N": 2, "B": true}`,
-		"TERMINAL_ENV_PASSTHROUGH":               `[]`,
+		"TERMINAL_LIFETIME_SECONDS":          "60",
+		"TERMINAL_CONTAINER_CPU":             "0.5",
+		"TERMINAL_CONTAINER_MEMORY":          "1024",
+		"TERMINAL_CONTAINER_DISK":            "4096",
+		"TERMINAL_CONTAINER_PERSISTENT":      "OFF",
+		"TERMINAL_DOCKER_NETWORK":            "0",
+		"TERMINAL_PERSISTENT_SHELL":          "false",
+		"TERMINAL_DAEMON_TERM_GRACE_SECONDS": "0",
+		"TERMINAL_MAX_FOREGROUND_TIMEOUT":    "30",
+		"TERMINAL_SHARE_ENVIRONMENT":         "1",
+		"TERMINAL_DOCKER_FORWARD_ENV":        `["TOKEN"]`,
+		"TERMINAL_ENV_PASSTHROUGH":           `[]`,
+		"TERMINAL_FAKE_IMAGE":                "img:2",
+		"TERMINAL_FAKE_PORT":                 "2022",
+		"TERMINAL_FAKE_RATIO":                "0.25",
+		"TERMINAL_FAKE_FLAG":                 "off",
+		"TERMINAL_FAKE_MOUNTS":               `["/a:/b", "/c:/d:ro"]`,
+		"FAKE_ENV_JSON":                      `{"X": "1", "N": 2, "B": true}`,
+		"TERMINAL_FAKE_ENV":                  `not read: the key declares FAKE_ENV_JSON`,
 	})
 	c := mustLoad(t, LoadOptions{Getenv: envOf(env)})
-	want := Defaults()
+	want := defaultTerminal()
 	want.LifetimeSeconds = 60
-	want.DockerImage = "img:1"
 	want.ContainerCPU = 0.5
 	want.ContainerMemory = 1024
 	want.ContainerDisk = 4096
 	want.ContainerPersistent = false
 	want.DockerNetwork = false
-	want.DockerMountCwdToWorkspace = true
-	want.DockerReadOnly = true
-	want.SSHHost, want.SSHUser, want.SSHPort, want.SSHKey = "h", "u", 2022, "/k"
 	want.PersistentShell = false
 	want.DaemonTermGraceSeconds = 0
 	want.MaxForegroundTimeout = 30
 	want.ShareEnvironment = true
-	want.DockerVolumes = []string{"/a:/b", "/c:/d:ro"}
 	want.DockerForwardEnv = []string{"TOKEN"}
-	want.DockerEnv = map[string]string{"X": "1", "N": "2", "B": "true"}
-	if diff := cmp.Diff(want, c.Terminal); diff != "" {
+	mustSet(t, &want, "fake_image", "img:2")
+	mustSet(t, &want, "fake_port", 2022)
+	mustSet(t, &want, "fake_ratio", 0.25)
+	mustSet(t, &want, "fake_flag", false)
+	mustSet(t, &want, "fake_mounts", []string{"/a:/b", "/c:/d:ro"})
+	mustSet(t, &want, "fake_env", map[string]string{"X": "1", "N": "2", "B": "true"})
+	if diff := cmp.Diff(want, c.Terminal, allowTerminal); diff != "" {
 		t.Errorf("Terminal (-want +got):\n%s", diff)
 	}
-	if c.Sources["terminal.docker_volumes"] != "env:TERMINAL_DOCKER_VOLUMES" {
-		t.Errorf("source %q", c.Sources["terminal.docker_volumes"])
+	for key, src := range map[string]string{"terminal.fake_mounts": "env:TERMINAL_FAKE_MOUNTS", "terminal.fake_env": "env:FAKE_ENV_JSON", "terminal.timeout": "default"} {
+		if c.Sources[key] != src {
+			t.Errorf("Sources[%s] = %q, want %q", key, c.Sources[key], src)
+		}
+	}
+}
+
+// Declared keys follow the same precedence as shared ones: flag > variable
+// (process, then .env) > file > default, each of every kind.
+func TestDeclaredPrecedence(t *testing.T) {
+	home, env := homeEnv(t, nil)
+	writeFile(t, filepath.Join(home, "config.yaml"), `terminal:
+  fake_image: file:1
+  fake_port: 1001
+  fake_ratio: 0.1
+  fake_flag: false
+  fake_mounts: [/file:/file]
+  fake_env: {F: file}
+`)
+	writeFile(t, filepath.Join(home, ".env"), "TERMINAL_FAKE_PORT=1002\nTERMINAL_FAKE_RATIO=0.2\n")
+	env["TERMINAL_FAKE_RATIO"] = "0.3"
+	env["TERMINAL_FAKE_MOUNTS"] = `["/env:/env"]`
+	env["FAKE_ENV_JSON"] = `{"E": "env"}`
+	c := mustLoad(t, LoadOptions{Getenv: envOf(env), Flags: map[string]string{
+		"fake_mounts":        `["/flag:/flag"]`,
+		"terminal.fake_flag": "yes",
+	}})
+	term := c.Terminal
+	got := []any{term.String("fake_image"), term.Int("fake_port"), term.Float("fake_ratio"), term.Bool("fake_flag"), term.List("fake_mounts"), term.Map("fake_env")}
+	want := []any{"file:1", 1002, 0.3, true, []string{"/flag:/flag"}, map[string]string{"E": "env"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("values (-want +got):\n%s", diff)
+	}
+	wantSrc := map[string]string{
+		"terminal.fake_image": "file", "terminal.fake_port": "env:TERMINAL_FAKE_PORT", "terminal.fake_ratio": "env:TERMINAL_FAKE_RATIO",
+		"terminal.fake_flag": "flag", "terminal.fake_mounts": "flag", "terminal.fake_env": "env:FAKE_ENV_JSON",
+	}
+	for k, w := range wantSrc {
+		if c.Sources[k] != w {
+			t.Errorf("Sources[%s] = %q, want %q", k, c.Sources[k], w)
+		}
+	}
+	// Nothing set: the declared defaults, from "default".
+	c = mustLoad(t, LoadOptions{Getenv: envOf(map[string]string{"HOME": t.TempDir()})})
+	if c.Terminal.Int("fake_port") != 22 || c.Sources["terminal.fake_port"] != "default" {
+		t.Errorf("default: %d from %q", c.Terminal.Int("fake_port"), c.Sources["terminal.fake_port"])
 	}
 }
 
@@ -286,16 +359,24 @@ func TestHermesFile(t *testing.T) {
 	if !c.Terminal.DockerNetwork {
 		t.Error("misspelled key changed docker_network")
 	}
-	if len(c.Warnings) != 2 {
-		t.Fatalf("Warnings = %q, want 2", c.Warnings)
+	// This test binary has only the fake backends, so docker and modal are
+	// contract backends not in this build: their keys are named as such.
+	want := [][]string{
+		{"terminal.docker_image", path, "line 15", "a key of backend docker, which is not built into this berth; ignored"},
+		{"terminal.docker_volumes", "line 16", "backend docker"},
+		{"terminal.dokcer_network", path, "line 17", "unknown key", "did you mean docker_network?"},
+		{"terminal.modal_mode", "line 18", "a key of backend modal, which is not built"},
+		{`terminal.backend "docker" (from file): backend docker is not built into this berth (built in: fake, fake2;`},
 	}
-	for _, want := range []string{"terminal.dokcer_network", path, "line 17", "unknown key", "did you mean docker_network?"} {
-		if !strings.Contains(c.Warnings[0], want) {
-			t.Errorf("warning %q lacks %q", c.Warnings[0], want)
+	if len(c.Warnings) != len(want) {
+		t.Fatalf("Warnings = %q, want %d", c.Warnings, len(want))
+	}
+	for i, ws := range want {
+		for _, w := range ws {
+			if !strings.Contains(c.Warnings[i], w) {
+				t.Errorf("warning %q lacks %q", c.Warnings[i], w)
+			}
 		}
-	}
-	if !strings.Contains(c.Warnings[1], "terminal.modal_mode") {
-		t.Errorf("warning %q", c.Warnings[1])
 	}
 }
 
@@ -311,7 +392,7 @@ func TestValidationErrors(t *testing.T) {
 		{name: "timeout env exact", env: map[string]string{"TERMINAL_TIMEOUT": "abc"},
 			want: []string{`TERMINAL_TIMEOUT="abc": not an integer (terminal.timeout must be a whole number of seconds >= 1)`}, exact: true},
 		{name: "backend file exact", file: "  backend: dokcer\n",
-			want: []string{`terminal.backend "dokcer" in PATH: unknown backend (use one of local, docker, ssh, singularity, modal, daytona)`}, exact: true},
+			want: []string{`terminal.backend "dokcer" in PATH: unknown backend, did you mean docker? (built in: fake, fake2; in the contract but not in this build: local, docker, ssh, singularity, modal, daytona)`}, exact: true},
 		{name: "backend env", env: map[string]string{"TERMINAL_ENV": "kubernetes"},
 			want: []string{`TERMINAL_ENV="kubernetes"`, "unknown backend", "local, docker, ssh"}},
 		{name: "backend flag", flags: map[string]string{"backend": "vm"},
@@ -321,8 +402,18 @@ func TestValidationErrors(t *testing.T) {
 		{name: "zero timeout file", file: "  timeout: 0\n", want: []string{`terminal.timeout "0"`, ">= 1"}},
 		{name: "float timeout file", file: "  timeout: 1.5\n", want: []string{`terminal.timeout "1.5"`, "not an integer"}},
 		{name: "timeout flag", flags: map[string]string{"timeout": "5s"}, want: []string{`flag terminal.timeout "5s"`, "not an integer"}},
-		{name: "ssh port", env: map[string]string{"TERMINAL_SSH_PORT": "70000"}, want: []string{`TERMINAL_SSH_PORT="70000"`, "1 to 65535"}},
-		{name: "ssh port zero", file: "  ssh_port: 0\n", want: []string{`terminal.ssh_port "0"`, "1 to 65535"}},
+		{name: "declared port", env: map[string]string{"TERMINAL_FAKE_PORT": "70000"},
+			want: []string{`TERMINAL_FAKE_PORT="70000": must be a whole number from 1 to 65535`}, exact: true},
+		{name: "declared port zero", file: "  fake_port: 0\n", want: []string{`terminal.fake_port "0" in PATH: must be a whole number from 1 to 65535`}, exact: true},
+		{name: "declared port flag", flags: map[string]string{"fake_port": "x"},
+			want: []string{`flag terminal.fake_port "x": not an integer (terminal.fake_port must be a whole number: port of the fake host)`}, exact: true},
+		{name: "declared float", env: map[string]string{"TERMINAL_FAKE_RATIO": "2"}, want: []string{`TERMINAL_FAKE_RATIO="2": must be from 0 to 1, not 2`}, exact: true},
+		{name: "declared float nan", env: map[string]string{"TERMINAL_FAKE_RATIO": "nan"}, want: []string{`TERMINAL_FAKE_RATIO="nan"`, "not a number"}},
+		{name: "declared bool", file: "  fake_flag: maybe\n", want: []string{`terminal.fake_flag "maybe" in PATH`, "not a boolean"}},
+		{name: "declared string check", file: "  fake_image: ''\n", want: []string{`terminal.fake_image "" in PATH: must name an image, e.g. img:1`}, exact: true},
+		{name: "declared list check in file", file: "  fake_mounts:\n    - /a:/b\n    - nocolon\n",
+			want: []string{`terminal.fake_mounts in PATH (line 3): mount "nocolon" lacks a colon`}, exact: true},
+		{name: "declared list check in env", env: map[string]string{"TERMINAL_FAKE_MOUNTS": `["x"]`}, want: []string{`TERMINAL_FAKE_MOUNTS="[\"x\"]": mount "x" lacks a colon`}},
 		{name: "cpu", env: map[string]string{"TERMINAL_CONTAINER_CPU": "0"}, want: []string{`TERMINAL_CONTAINER_CPU="0"`, "> 0"}},
 		{name: "cpu nan", env: map[string]string{"TERMINAL_CONTAINER_CPU": "NaN"}, want: []string{`TERMINAL_CONTAINER_CPU="NaN"`, "not a number"}},
 		{name: "memory", env: map[string]string{"TERMINAL_CONTAINER_MEMORY": "-1"}, want: []string{`TERMINAL_CONTAINER_MEMORY="-1"`, "MB > 0"}},
@@ -330,17 +421,21 @@ func TestValidationErrors(t *testing.T) {
 		{name: "memory malformed", env: map[string]string{"TERMINAL_CONTAINER_MEMORY": "4g"}, want: []string{`TERMINAL_CONTAINER_MEMORY="4g"`, "not an integer"}},
 		{name: "grace", env: map[string]string{"TERMINAL_DAEMON_TERM_GRACE_SECONDS": "-1"}, want: []string{`TERMINAL_DAEMON_TERM_GRACE_SECONDS="-1"`, ">= 0"}},
 		{name: "bool", env: map[string]string{"TERMINAL_DOCKER_NETWORK": "maybe"}, want: []string{`TERMINAL_DOCKER_NETWORK="maybe"`, "not a boolean", "yes/no"}},
-		{name: "volumes json", env: map[string]string{"TERMINAL_DOCKER_VOLUMES": "/a:/b"}, want: []string{`TERMINAL_DOCKER_VOLUMES="/a:/b"`, "not a JSON array", `["/host/dir:/container/dir:ro"]`}},
+		{name: "declared list json", env: map[string]string{"TERMINAL_FAKE_MOUNTS": "/a:/b"},
+			want: []string{`TERMINAL_FAKE_MOUNTS="/a:/b": not a JSON array of strings (terminal.fake_mounts takes a list of strings; as a variable or with config set, a JSON array such as ["a", "b"]: mounts, each "host:container")`}, exact: true},
 		{name: "forward env json", env: map[string]string{"TERMINAL_DOCKER_FORWARD_ENV": `[1]`}, want: []string{`TERMINAL_DOCKER_FORWARD_ENV="[1]"`, "JSON array"}},
-		{name: "docker env json", env: map[string]string{"TERMINAL_DOCKER_ENV": `["A=1"]`}, want: []string{`TERMINAL_DOCKER_ENV="[\"A=1\"]"`, "JSON object"}},
+		{name: "declared map json", env: map[string]string{"FAKE_ENV_JSON": `["A=1"]`}, want: []string{`FAKE_ENV_JSON="[\"A=1\"]"`, "JSON object", "terminal.fake_env"}},
+		{name: "declared map in file is a list", file: "  fake_env: [a]\n", want: []string{"terminal.fake_env in PATH (line 2)", "not a mapping"}},
 		{name: "passthrough json", env: map[string]string{"TERMINAL_ENV_PASSTHROUGH": `{`}, want: []string{`TERMINAL_ENV_PASSTHROUGH="{"`, "JSON array"}},
-		{name: "list in file is a mapping", file: "  docker_volumes:\n    a: b\n", want: []string{"terminal.docker_volumes in PATH (line 3)", "not a list"}},
+		{name: "list in file is a mapping", file: "  fake_mounts:\n    a: b\n", want: []string{"terminal.fake_mounts in PATH (line 3)", "not a list"}},
 		{name: "scalar key given a list", file: "  timeout: [1]\n", want: []string{"terminal.timeout in PATH (line 2)", "a list or mapping"}},
 		{name: "max bytes", file: "", flags: map[string]string{"tool_output.max_bytes": "999"},
 			want: []string{`flag tool_output.max_bytes "999"`, ">= 1000", "truncation notice"}},
 		{name: "unknown flag", flags: map[string]string{"tiemout": "5"}, want: []string{`unknown key "tiemout"`, "did you mean terminal.timeout?"}},
-		{name: "two errors", env: map[string]string{"TERMINAL_TIMEOUT": "x", "TERMINAL_SSH_PORT": "y"},
-			want: []string{"TERMINAL_TIMEOUT", "TERMINAL_SSH_PORT"}},
+		{name: "unknown flag of a backend not built", flags: map[string]string{"modal_image": "x"},
+			want: []string{`flag: unknown key "modal_image": it belongs to backend modal, which is not built into this berth`}, exact: true},
+		{name: "two errors", env: map[string]string{"TERMINAL_TIMEOUT": "x", "TERMINAL_FAKE_PORT": "y"},
+			want: []string{"TERMINAL_TIMEOUT", "TERMINAL_FAKE_PORT"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -461,14 +556,14 @@ func TestBerthConfigLoads(t *testing.T) {
 
 func TestDotEnvPrecedence(t *testing.T) {
 	home, env := homeEnv(t, map[string]string{"TERMINAL_TIMEOUT": "11", "SECRET": "process"})
-	writeFile(t, filepath.Join(home, "config.yaml"), "terminal:\n  timeout: 5\n  ssh_port: 23\n")
-	writeFile(t, filepath.Join(home, ".env"), "TERMINAL_TIMEOUT=22\nTERMINAL_SSH_PORT=2222\nexport SECRET=dotenv\nAPI_KEY='sk-abc'\n")
+	writeFile(t, filepath.Join(home, "config.yaml"), "terminal:\n  timeout: 5\n  fake_port: 23\n")
+	writeFile(t, filepath.Join(home, ".env"), "TERMINAL_TIMEOUT=22\nTERMINAL_FAKE_PORT=2222\nexport SECRET=dotenv\nAPI_KEY='sk-abc'\n")
 	c := mustLoad(t, LoadOptions{Getenv: envOf(env)})
 	if c.Terminal.Timeout != 11 {
 		t.Errorf("timeout %d: the process environment must win over .env", c.Terminal.Timeout)
 	}
-	if c.Terminal.SSHPort != 2222 || c.Sources["terminal.ssh_port"] != "env:TERMINAL_SSH_PORT" {
-		t.Errorf("ssh_port %d from %q: .env must win over the file", c.Terminal.SSHPort, c.Sources["terminal.ssh_port"])
+	if c.Terminal.Int("fake_port") != 2222 || c.Sources["terminal.fake_port"] != "env:TERMINAL_FAKE_PORT" {
+		t.Errorf("fake_port %d from %q: .env must win over the file", c.Terminal.Int("fake_port"), c.Sources["terminal.fake_port"])
 	}
 	if got := c.Getenv("SECRET"); got != "process" {
 		t.Errorf("Getenv(SECRET) = %q", got)
@@ -486,9 +581,9 @@ func TestDotEnvPrecedence(t *testing.T) {
 		t.Error(".env leaked into the process environment")
 	}
 
-	writeFile(t, filepath.Join(home, ".env"), "TERMINAL_SSH_PORT=http\n")
+	writeFile(t, filepath.Join(home, ".env"), "TERMINAL_FAKE_PORT=http\n")
 	_, err := Load(LoadOptions{Getenv: envOf(env)})
-	if err == nil || !strings.Contains(err.Error(), `TERMINAL_SSH_PORT="http" (from `+filepath.Join(home, ".env")+")") {
+	if err == nil || !strings.Contains(err.Error(), `TERMINAL_FAKE_PORT="http" (from `+filepath.Join(home, ".env")+")") {
 		t.Errorf("error %v should name the variable, value and .env", err)
 	}
 }
@@ -496,9 +591,9 @@ func TestDotEnvPrecedence(t *testing.T) {
 func TestDotEnvBesideExplicitConfig(t *testing.T) {
 	dir := t.TempDir()
 	path := writeFile(t, filepath.Join(dir, ".hermes", "config.yaml"), "model: x\n")
-	writeFile(t, filepath.Join(dir, ".hermes", ".env"), "TERMINAL_ENV=ssh\n")
+	writeFile(t, filepath.Join(dir, ".hermes", ".env"), "TERMINAL_ENV=fake\n")
 	c := mustLoad(t, LoadOptions{ConfigPath: path, Getenv: envOf(map[string]string{"HOME": dir})})
-	if c.Terminal.Backend != "ssh" {
+	if c.Terminal.Backend != "fake" {
 		t.Errorf("backend %q", c.Terminal.Backend)
 	}
 }
@@ -538,8 +633,8 @@ func TestParseDotEnv(t *testing.T) {
 }
 
 func TestGet(t *testing.T) {
-	home, env := homeEnv(t, map[string]string{"TERMINAL_DOCKER_ENV": `{"B":"2","A":"<1>"}`})
-	writeFile(t, filepath.Join(home, "config.yaml"), "terminal:\n  container_cpu: 1.5\n  docker_volumes: [/a:/b]\n")
+	home, env := homeEnv(t, map[string]string{"FAKE_ENV_JSON": `{"B":"2","A":"<1>"}`})
+	writeFile(t, filepath.Join(home, "config.yaml"), "terminal:\n  container_cpu: 1.5\n  fake_mounts: [/a:/b]\n")
 	c := mustLoad(t, LoadOptions{Getenv: envOf(env)})
 	for key, want := range map[string]string{
 		"terminal.backend":        "local",
@@ -547,9 +642,13 @@ func TestGet(t *testing.T) {
 		"Terminal.Timeout":        "180",
 		"terminal.container_cpu":  "1.5",
 		"terminal.docker_network": "true",
-		"terminal.docker_volumes": `["/a:/b"]`,
+		"terminal.fake_mounts":    `["/a:/b"]`,
 		"docker_forward_env":      `[]`,
-		"terminal.docker_env":     `{"A":"<1>","B":"2"}`,
+		"terminal.fake_env":       `{"A":"<1>","B":"2"}`,
+		"fake_port":               "22",
+		"fake_ratio":              "0.5",
+		"fake_image":              "img:1",
+		"fake_flag":               "true",
 		"tool_output.max_bytes":   "50000",
 		"terminal.cwd":            "",
 	} {
@@ -558,15 +657,16 @@ func TestGet(t *testing.T) {
 			t.Errorf("Get(%q) = %q, %v; want %q", key, got, err, want)
 		}
 	}
-	if src, _ := c.Source("docker_env"); src != "env:TERMINAL_DOCKER_ENV" {
+	if src, _ := c.Source("fake_env"); src != "env:FAKE_ENV_JSON" {
 		t.Errorf("Source = %q", src)
 	}
 	for key, want := range map[string]string{
-		"terminal.dokcer_image": "did you mean terminal.docker_image?",
-		"timout":                "did you mean terminal.timeout?",
-		"tool_output.max_byte":  "did you mean tool_output.max_bytes?",
-		"max_bytes":             "did you mean tool_output.max_bytes?",
-		"zzz":                   "keys: terminal.backend",
+		"terminal.fkae_image":  "did you mean terminal.fake_image?",
+		"modal_image":          "it belongs to backend modal, which is not built into this berth",
+		"timout":               "did you mean terminal.timeout?",
+		"tool_output.max_byte": "did you mean tool_output.max_bytes?",
+		"max_bytes":            "did you mean tool_output.max_bytes?",
+		"zzz":                  "keys: terminal.backend",
 	} {
 		_, err := c.Get(key)
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), key) {

@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -27,6 +28,72 @@ const (
 	kindMap  // map[string]string
 )
 
+// kindOf returns the kind of a declared default, false for any other type.
+func kindOf(v any) (valueKind, bool) {
+	switch v.(type) {
+	case string:
+		return kindString, true
+	case int:
+		return kindInt, true
+	case float64:
+		return kindFloat, true
+	case bool:
+		return kindBool, true
+	case []string:
+		return kindList, true
+	case map[string]string:
+		return kindMap, true
+	}
+	return 0, false
+}
+
+// noun names the kind in messages.
+func (k valueKind) noun() string {
+	return [...]string{"a string", "a whole number (int)", "a number (float64)", "true or false (bool)",
+		"a list of strings ([]string)", "a mapping of strings (map[string]string)"}[k]
+}
+
+// accessor is the Terminal method that reads the kind.
+func (k valueKind) accessor() string {
+	return [...]string{"String", "Int", "Float", "Bool", "List", "Map"}[k]
+}
+
+// convert returns v as the Go type of the kind (an int is accepted for a
+// number), copying lists and maps; false if v has another type.
+func (k valueKind) convert(v any) (any, bool) {
+	switch k {
+	case kindString:
+		s, ok := v.(string)
+		return s, ok
+	case kindInt:
+		n, ok := v.(int)
+		return n, ok
+	case kindFloat:
+		switch x := v.(type) {
+		case float64:
+			return x, !math.IsNaN(x) && !math.IsInf(x, 0)
+		case int:
+			return float64(x), true
+		}
+	case kindBool:
+		b, ok := v.(bool)
+		return b, ok
+	case kindList:
+		l, ok := v.([]string)
+		if ok && l == nil {
+			l = []string{}
+		}
+		return slices.Clone(l), ok
+	case kindMap:
+		m, ok := v.(map[string]string)
+		if ok && m == nil {
+			m = map[string]string{}
+		}
+		return maps.Clone(m), ok
+	}
+	return nil, false
+}
+
 // keyInfo describes one configuration key: where it lives in the file, the
 // environment variable that overrides it and how its values are checked.
 type keyInfo struct {
@@ -34,11 +101,25 @@ type keyInfo struct {
 	name    string // key inside the section
 	env     string // overriding environment variable, "" if none
 	kind    valueKind
-	field   int    // index of the Terminal field; -1 for tool_output.max_bytes
+	field   int    // index of the Terminal field; fieldMaxBytes or fieldDeclared
 	rule    string // what is accepted, shown in error messages
+	help    string // one line for listings
 	check   func(any) bool
 	badWord string // problem reported when check fails ("out of range" if empty)
+
+	// checks are further validations whose error text is the whole
+	// explanation (a backend's Key.Check; the backend name check).
+	checks []func(any) error
+	// Declared keys only: the default and the backends declaring the key.
+	def    any
+	owners []string
 }
+
+// Field values for keys that are not Terminal fields.
+const (
+	fieldMaxBytes = -1 // tool_output.max_bytes, Config.MaxOutputChars
+	fieldDeclared = -2 // declared by a backend, kept in Terminal.values
+)
 
 // full returns the dotted name, e.g. "terminal.timeout".
 func (k *keyInfo) full() string { return k.section + "." + k.name }
@@ -54,21 +135,60 @@ const DefaultMaxOutputChars = 50000
 // MinMaxOutputChars is the smallest accepted tool_output.max_bytes.
 const MinMaxOutputChars = 1000
 
-var (
-	allKeys   []*keyInfo          // terminal keys in field order, then tool_output.max_bytes
-	keyByFull map[string]*keyInfo // dotted name -> key
-)
-
 func intMin(min int) func(any) bool { return func(v any) bool { return v.(int) >= min } }
 
-func init() {
+// kindRule is the generic rule of a key of kind kind named full.
+func kindRule(full string, kind valueKind, example string) string {
+	switch kind {
+	case kindString:
+		return full + " is a string"
+	case kindInt:
+		return full + " must be a whole number"
+	case kindFloat:
+		return full + " must be a number"
+	case kindBool:
+		return full + " must be true or false (also accepted: 1/0, yes/no, on/off)"
+	case kindList:
+		if example == "" {
+			example = `["a", "b"]`
+		}
+		return full + " takes a list of strings; as a variable or with config set, a JSON array such as " + example
+	default:
+		if example == "" {
+			example = `{"KEY": "value"}`
+		}
+		return full + " takes a mapping of strings; as a variable or with config set, a JSON object such as " + example
+	}
+}
+
+// sharedHelp is the one-line description of each shared key.
+var sharedHelp = map[string]string{
+	"backend":                   "where commands run: a registered backend name",
+	"cwd":                       `starting directory ("" = backend default: "." local, "~" ssh, "/root" containers)`,
+	"timeout":                   "seconds before a foreground command is killed",
+	"lifetime_seconds":          "seconds an idle environment is kept before cleanup",
+	"container_cpu":             "CPU cores for a container or sandbox",
+	"container_memory":          "memory limit of a container or sandbox, MB",
+	"container_disk":            "disk limit of a container or sandbox, MB",
+	"container_persistent":      "keep a container's or sandbox's filesystem across berth restarts",
+	"docker_forward_env":        "names of host variables forwarded into containers and sandboxes",
+	"docker_network":            "false: containers and sandboxes get no network",
+	"persistent_shell":          "keep one shell per environment (cd and exports carry over)",
+	"daemon_term_grace_seconds": "seconds between SIGTERM and SIGKILL when stopping a command",
+	"env_passthrough":           "secret-looking variables the local backend passes through anyway",
+	"max_foreground_timeout":    "largest timeout a single tool call may ask for, seconds",
+	"share_environment":         "one environment for every MCP session instead of one each",
+	"max_bytes":                 "output size at which a command's output is cut to its head and tail",
+}
+
+// sharedKeys builds the keys of the Terminal fields and
+// tool_output.max_bytes.
+func sharedKeys() []*keyInfo {
 	examples := map[string]string{
-		"docker_volumes":     `["/host/dir:/container/dir:ro"]`,
 		"docker_forward_env": `["GITHUB_TOKEN"]`,
 		"env_passthrough":    `["MY_TOOL_HOME"]`,
-		"docker_env":         `{"KEY": "value"}`,
 	}
-	keyByFull = map[string]*keyInfo{}
+	var out []*keyInfo
 	t := reflect.TypeFor[Terminal]()
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -76,91 +196,88 @@ func init() {
 		if name == "" || name == "-" {
 			continue
 		}
-		k := &keyInfo{section: "terminal", name: name, field: i, env: "TERMINAL_" + strings.ToUpper(name)}
+		k := &keyInfo{section: "terminal", name: name, field: i, env: "TERMINAL_" + strings.ToUpper(name), help: sharedHelp[name]}
 		full := k.full()
 		switch f.Type.Kind() {
 		case reflect.String:
 			k.kind = kindString
-			k.rule = full + " is a string"
 		case reflect.Int:
 			k.kind = kindInt
-			k.rule = full + " must be a whole number >= 0"
-			k.check = intMin(0)
 		case reflect.Float64:
 			k.kind = kindFloat
-			k.rule = full + " must be a number >= 0"
-			k.check = func(v any) bool { return v.(float64) >= 0 }
 		case reflect.Bool:
 			k.kind = kindBool
-			k.rule = full + " must be true or false (also accepted: 1/0, yes/no, on/off)"
 		case reflect.Slice:
 			k.kind = kindList
-			k.rule = full + " takes a list of strings; as a variable or with config set, a JSON array such as " + examples[name]
 		case reflect.Map:
 			k.kind = kindMap
-			k.rule = full + " takes a mapping of strings; as a variable or with config set, a JSON object such as " + examples[name]
 		default:
 			panic("config: unsupported Terminal field type " + f.Type.String())
+		}
+		k.rule = kindRule(full, k.kind, examples[name])
+		switch k.kind {
+		case kindInt:
+			k.rule = full + " must be a whole number >= 0"
+			k.check = intMin(0)
+		case kindFloat:
+			k.rule = full + " must be a number >= 0"
+			k.check = func(v any) bool { return v.(float64) >= 0 }
 		}
 		switch name {
 		case "backend":
 			k.env = "TERMINAL_ENV"
-			k.rule = "use one of " + strings.Join(Backends, ", ")
-			k.badWord = "unknown backend"
-			k.check = func(v any) bool { return slices.Contains(Backends, v.(string)) }
+			k.rule = "use one of " + strings.Join(ContractBackends(), ", ")
+			k.checks = []func(any) error{checkBackend}
 		case "timeout", "lifetime_seconds", "max_foreground_timeout":
 			k.rule = full + " must be a whole number of seconds >= 1"
 			k.check = intMin(1)
 		case "container_memory", "container_disk":
 			k.rule = full + " must be a whole number of MB > 0"
 			k.check = intMin(1)
-		case "ssh_port":
-			k.rule = full + " must be a whole number from 1 to 65535"
-			k.check = func(v any) bool { n := v.(int); return n >= 1 && n <= 65535 }
 		case "container_cpu":
 			k.rule = full + " must be a number of CPU cores > 0, e.g. 1 or 0.5"
 			k.check = func(v any) bool { return v.(float64) > 0 }
 		case "daemon_term_grace_seconds":
 			k.rule = full + " must be a number of seconds >= 0, e.g. 2 or 0.5"
 		}
-		allKeys = append(allKeys, k)
-		keyByFull[full] = k
+		out = append(out, k)
 	}
-	mb := &keyInfo{
-		section: "tool_output", name: "max_bytes", kind: kindInt, field: -1,
+	return append(out, &keyInfo{
+		section: "tool_output", name: "max_bytes", kind: kindInt, field: fieldMaxBytes, help: sharedHelp["max_bytes"],
 		rule: fmt.Sprintf("%s must be a whole number >= %d: a smaller limit leaves too little room "+
 			"for the head and tail of the output next to the truncation notice", maxBytesKey, MinMaxOutputChars),
 		check: intMin(MinMaxOutputChars),
-	}
-	allKeys = append(allKeys, mb)
-	keyByFull[mb.full()] = mb
+	})
 }
 
-// Keys returns every key accepted by Get and Set, as dotted names
-// ("terminal.backend", ..., "tool_output.max_bytes").
+// Keys returns every key accepted by Get and Set, as dotted names: the
+// shared terminal keys, the keys declared by registered backends (grouped
+// by backend, sorted by backend name), then tool_output.max_bytes.
 func Keys() []string {
-	out := make([]string, len(allKeys))
-	for i, k := range allKeys {
+	ks := allKeys()
+	out := make([]string, len(ks))
+	for i, k := range ks {
 		out[i] = k.full()
 	}
 	return out
 }
 
-// lookupKey resolves a dotted or bare key name.
+// lookupKey resolves a dotted or bare key name. The error of an unknown
+// key suggests the closest known one, or says which backend the key
+// belongs to when that backend is in the contract but not in this build.
 func lookupKey(name string) (*keyInfo, error) {
-	n := strings.ToLower(strings.TrimSpace(name))
-	if k, ok := keyByFull[n]; ok {
+	if k := findKey(name); k != nil {
 		return k, nil
 	}
-	if !strings.Contains(n, ".") {
-		if k, ok := keyByFull["terminal."+n]; ok {
-			return k, nil
-		}
+	n := strings.ToLower(strings.TrimSpace(name))
+	if b := missingBackendOf(strings.TrimPrefix(n, "terminal.")); b != "" {
+		return nil, fmt.Errorf("unknown key %q: it belongs to backend %s, which is not built into this berth", name, b)
 	}
-	if s := suggest(n, Keys(), "terminal."); s != "" {
+	keys := Keys()
+	if s := suggest(n, keys, "terminal."); s != "" {
 		return nil, fmt.Errorf("unknown key %q (did you mean %s?)", name, s)
 	}
-	return nil, fmt.Errorf("unknown key %q (keys: %s)", name, strings.Join(Keys(), ", "))
+	return nil, fmt.Errorf("unknown key %q (keys: %s)", name, strings.Join(keys, ", "))
 }
 
 // suggest returns the candidate closest to name, or "" if none is close.
@@ -206,9 +323,23 @@ func parseBool(s string) (bool, bool) {
 }
 
 // parse converts a raw string (flag, environment variable, config set
-// argument or YAML scalar) to the typed value of k. On failure it returns the
-// problem ("not an integer", "unknown backend", ...) without the rule.
+// argument or YAML scalar) to the typed value of k and validates it. On
+// failure it returns the problem with what is accepted, e.g. "not an
+// integer (terminal.timeout must be ...)".
 func (k *keyInfo) parse(raw string) (any, string) {
+	v, p := k.parseKind(raw)
+	if p != "" {
+		return nil, k.problem(p)
+	}
+	if p := k.validate(v); p != "" {
+		return nil, p
+	}
+	return v, ""
+}
+
+// parseKind converts raw to the typed value of k without validating it; on
+// failure it returns the problem without the rule.
+func (k *keyInfo) parseKind(raw string) (any, string) {
 	var v any
 	switch k.kind {
 	case kindString:
@@ -251,13 +382,24 @@ func (k *keyInfo) parse(raw string) (any, string) {
 		}
 		v = m
 	}
+	return v, ""
+}
+
+// validate checks a typed value of k against its rules; it returns "" or
+// the problem with what is accepted.
+func (k *keyInfo) validate(v any) string {
 	if k.check != nil && !k.check(v) {
 		if k.badWord != "" {
-			return nil, k.badWord
+			return k.problem(k.badWord)
 		}
-		return nil, "out of range"
+		return k.problem("out of range")
 	}
-	return v, ""
+	for _, check := range k.checks {
+		if err := check(v); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
 }
 
 // parseJSONObject decodes a JSON object whose values are strings, numbers or
@@ -289,58 +431,54 @@ func parseJSONObject(raw string) (map[string]string, bool) {
 	return out, true
 }
 
-// fromNode converts a YAML value node to the typed value of k. set is false
-// for a null value (key present but empty), which leaves the key unchanged.
-// raw is the scalar text for error messages ("" for collections).
+// fromNode converts a YAML value node to the typed value of k and
+// validates it. set is false for a null value (key present but empty),
+// which leaves the key unchanged. raw is the scalar text for error messages
+// ("" for collections); problem, if any, includes what is accepted.
 func (k *keyInfo) fromNode(n *yaml.Node) (v any, set bool, raw string, problem string) {
 	n = deref(n)
 	if isNull(n) {
 		return nil, false, "", ""
 	}
-	switch k.kind {
-	case kindList:
-		switch n.Kind {
-		case yaml.SequenceNode:
-			l := make([]string, 0, len(n.Content))
-			for _, it := range n.Content {
-				it = deref(it)
-				if it.Kind != yaml.ScalarNode || isNull(it) {
-					return nil, false, "", "list items must be strings"
-				}
-				l = append(l, it.Value)
-			}
-			return l, true, "", ""
-		case yaml.ScalarNode:
-			v, p := k.parse(n.Value)
-			return v, p == "", n.Value, p
-		}
-		return nil, false, "", "not a list"
-	case kindMap:
-		switch n.Kind {
-		case yaml.MappingNode:
-			m := make(map[string]string, len(n.Content)/2)
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				kn, vn := deref(n.Content[i]), deref(n.Content[i+1])
-				if kn.Kind != yaml.ScalarNode || vn.Kind != yaml.ScalarNode {
-					return nil, false, "", "keys and values must be strings"
-				}
-				m[kn.Value] = vn.Value
-				if isNull(vn) {
-					m[kn.Value] = ""
-				}
-			}
-			return m, true, "", ""
-		case yaml.ScalarNode:
-			v, p := k.parse(n.Value)
-			return v, p == "", n.Value, p
-		}
-		return nil, false, "", "not a mapping"
+	if n.Kind == yaml.ScalarNode {
+		v, p := k.parse(n.Value)
+		return v, p == "", n.Value, p
 	}
-	if n.Kind != yaml.ScalarNode {
-		return nil, false, "", "a list or mapping where a single value belongs"
+	switch {
+	case k.kind == kindList && n.Kind == yaml.SequenceNode:
+		l := make([]string, 0, len(n.Content))
+		for _, it := range n.Content {
+			it = deref(it)
+			if it.Kind != yaml.ScalarNode || isNull(it) {
+				return nil, false, "", k.problem("list items must be strings")
+			}
+			l = append(l, it.Value)
+		}
+		v = l
+	case k.kind == kindMap && n.Kind == yaml.MappingNode:
+		m := make(map[string]string, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			kn, vn := deref(n.Content[i]), deref(n.Content[i+1])
+			if kn.Kind != yaml.ScalarNode || vn.Kind != yaml.ScalarNode {
+				return nil, false, "", k.problem("keys and values must be strings")
+			}
+			m[kn.Value] = vn.Value
+			if isNull(vn) {
+				m[kn.Value] = ""
+			}
+		}
+		v = m
+	case k.kind == kindList:
+		return nil, false, "", k.problem("not a list")
+	case k.kind == kindMap:
+		return nil, false, "", k.problem("not a mapping")
+	default:
+		return nil, false, "", k.problem("a list or mapping where a single value belongs")
 	}
-	v, p := k.parse(n.Value)
-	return v, p == "", n.Value, p
+	if p := k.validate(v); p != "" {
+		return nil, false, "", p
+	}
+	return v, true, "", ""
 }
 
 // deref follows YAML aliases.

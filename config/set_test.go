@@ -47,9 +47,9 @@ func TestSetInPlace(t *testing.T) {
 			after:  "terminal:\n  cwd: /new dir # the cwd\n  timeout: 1\n",
 		},
 		{
-			name: "value needing quotes", key: "terminal.ssh_user", value: "yes",
-			before: "terminal:\n  ssh_user: 'me'\n",
-			after:  "terminal:\n  ssh_user: \"yes\"\n",
+			name: "value needing quotes", key: "terminal.fake_image", value: "yes",
+			before: "terminal:\n  fake_image: 'me'\n",
+			after:  "terminal:\n  fake_image: \"yes\"\n",
 		},
 		{
 			name: "bool normalized", key: "terminal.docker_network", value: "OFF",
@@ -58,13 +58,13 @@ func TestSetInPlace(t *testing.T) {
 		},
 		{
 			name: "missing key added after the last key of the section", key: "terminal.timeout", value: "30",
-			before: "model: x\nterminal:\n    backend: docker\n    docker_volumes:\n      - /a:/b\n    # trailing comment\n\nagent:\n  x: 1\n",
-			after:  "model: x\nterminal:\n    backend: docker\n    docker_volumes:\n      - /a:/b\n    timeout: 30\n    # trailing comment\n\nagent:\n  x: 1\n",
+			before: "model: x\nterminal:\n    backend: docker\n    fake_mounts:\n      - /a:/b\n    # trailing comment\n\nagent:\n  x: 1\n",
+			after:  "model: x\nterminal:\n    backend: docker\n    fake_mounts:\n      - /a:/b\n    timeout: 30\n    # trailing comment\n\nagent:\n  x: 1\n",
 		},
 		{
-			name: "block list replaced by a flow list", key: "terminal.docker_volumes", value: `["/c:/d", "/e:/f:ro"]`,
-			before: "terminal:\n  docker_volumes: # mounts\n    - /a:/b\n    # old one\n    - /x:/y\n  # about timeout\n  timeout: 5\n",
-			after:  "terminal:\n  docker_volumes: [\"/c:/d\", \"/e:/f:ro\"] # mounts\n  # about timeout\n  timeout: 5\n",
+			name: "block list replaced by a flow list", key: "terminal.fake_mounts", value: `["/c:/d", "/e:/f:ro"]`,
+			before: "terminal:\n  fake_mounts: # mounts\n    - /a:/b\n    # old one\n    - /x:/y\n  # about timeout\n  timeout: 5\n",
+			after:  "terminal:\n  fake_mounts: [\"/c:/d\", \"/e:/f:ro\"] # mounts\n  # about timeout\n  timeout: 5\n",
 		},
 		{
 			name: "block list at key indent", key: "terminal.docker_forward_env", value: `[]`,
@@ -72,9 +72,9 @@ func TestSetInPlace(t *testing.T) {
 			after:  "terminal:\n  docker_forward_env: []\n  timeout: 5\n",
 		},
 		{
-			name: "map", key: "terminal.docker_env", value: `{"B": "x y", "A": "1"}`,
-			before: "terminal:\n  docker_env: {}\n",
-			after:  "terminal:\n  docker_env: {\"A\": \"1\", \"B\": \"x y\"}\n",
+			name: "map", key: "terminal.fake_env", value: `{"B": "x y", "A": "1"}`,
+			before: "terminal:\n  fake_env: {}\n",
+			after:  "terminal:\n  fake_env: {\"A\": \"1\", \"B\": \"x y\"}\n",
 		},
 		{
 			name: "empty value", key: "terminal.timeout", value: "9",
@@ -82,9 +82,9 @@ func TestSetInPlace(t *testing.T) {
 			after:  "terminal:\n  timeout: 9 # seconds\n  cwd: /\n",
 		},
 		{
-			name: "block scalar", key: "terminal.ssh_key", value: "/k",
-			before: "terminal:\n  ssh_key: |\n    line1\n\n    line2\n  cwd: /\n",
-			after:  "terminal:\n  ssh_key: /k\n  cwd: /\n",
+			name: "block scalar", key: "terminal.fake_image", value: "/k",
+			before: "terminal:\n  fake_image: |\n    line1\n\n    line2\n  cwd: /\n",
+			after:  "terminal:\n  fake_image: /k\n  cwd: /\n",
 		},
 		{
 			name: "missing section appended", key: "tool_output.max_bytes", value: "60000",
@@ -112,9 +112,9 @@ func TestSetInPlace(t *testing.T) {
 			after:  "terminal:\r\n  timeout: 7\r\n  cwd: /\r\n",
 		},
 		{
-			name: "non-ASCII before value", key: "terminal.ssh_user", value: "bob",
-			before: "terminal:\n  \"ssh_user\": älice # ü\n",
-			after:  "terminal:\n  \"ssh_user\": bob # ü\n",
+			name: "non-ASCII before value", key: "terminal.fake_image", value: "bob",
+			before: "terminal:\n  \"fake_image\": älice # ü\n",
+			after:  "terminal:\n  \"fake_image\": bob # ü\n",
 		},
 		{
 			name: "last duplicate edited", key: "terminal.timeout", value: "3",
@@ -122,14 +122,14 @@ func TestSetInPlace(t *testing.T) {
 			after:  "terminal:\n  timeout: 1\n  timeout: 3\n",
 		},
 		{
-			name: "flow list on one line", key: "terminal.docker_volumes", value: `["/x:/y"]`,
-			before: "terminal:\n  docker_volumes: ['it''s', \"b] # \\\"\"]  # c\n",
-			after:  "terminal:\n  docker_volumes: [\"/x:/y\"]  # c\n",
+			name: "flow list on one line", key: "terminal.fake_mounts", value: `["/x:/y"]`,
+			before: "terminal:\n  fake_mounts: ['it''s', \"b] # \\\"\"]  # c\n",
+			after:  "terminal:\n  fake_mounts: [\"/x:/y\"]  # c\n",
 		},
 		{
-			name: "multi-line flow list", key: "terminal.docker_volumes", value: `[]`,
-			before: "terminal:\n  docker_volumes: [a, # first\n    b]\n  cwd: /\n",
-			after:  "terminal:\n  docker_volumes: [] # first\n  cwd: /\n",
+			name: "multi-line flow list", key: "terminal.fake_mounts", value: `[]`,
+			before: "terminal:\n  fake_mounts: [a, # first\n    b]\n  cwd: /\n",
+			after:  "terminal:\n  fake_mounts: [] # first\n  cwd: /\n",
 		},
 		{
 			name: "float", key: "terminal.container_cpu", value: "0.25",
@@ -173,8 +173,8 @@ func TestSetHermesFileOnlyChangesOneLine(t *testing.T) {
 
 func TestSetFallbacks(t *testing.T) {
 	for _, tt := range []struct{ before, key, value, want string }{
-		{"terminal: ~\nmodel: x\n", "terminal.docker_env", `{"A":"1"}`, `{"A":"1"}`},
-		{"{model: x, terminal: {docker_volumes: [a]}}\n", "terminal.docker_volumes", `["b","c"]`, `["b","c"]`},
+		{"terminal: ~\nmodel: x\n", "terminal.fake_env", `{"A":"1"}`, `{"A":"1"}`},
+		{"{model: x, terminal: {fake_mounts: [a]}}\n", "terminal.fake_mounts", `["b:1","c:2"]`, `["b:1","c:2"]`},
 		{"{model: x}\n", "terminal.docker_network", "no", "false"},
 	} {
 		path := writeFile(t, filepath.Join(t.TempDir(), "config.yaml"), tt.before)
@@ -235,15 +235,15 @@ func TestSetMissingFile(t *testing.T) {
 	if err := Set(path, "tool_output.max_bytes", "2000"); err != nil {
 		t.Fatal(err)
 	}
-	if err := Set(path, "terminal.docker_volumes", `["/a:/b"]`); err != nil {
+	if err := Set(path, "terminal.fake_mounts", `["/a:/b"]`); err != nil {
 		t.Fatal(err)
 	}
-	want := "terminal:\n  backend: docker\n  docker_volumes: [\"/a:/b\"]\ntool_output:\n  max_bytes: 2000\n"
+	want := "terminal:\n  backend: docker\n  fake_mounts: [\"/a:/b\"]\ntool_output:\n  max_bytes: 2000\n"
 	if got := readText(t, path); got != want {
 		t.Errorf("file:\n%s\nwant:\n%s", got, want)
 	}
 	c := loadFile(t, path)
-	if c.MaxOutputChars != 2000 || c.Terminal.Backend != "docker" || len(c.Terminal.DockerVolumes) != 1 {
+	if c.MaxOutputChars != 2000 || c.Terminal.Backend != "docker" || len(c.Terminal.List("fake_mounts")) != 1 {
 		t.Errorf("loaded %+v", c)
 	}
 }
@@ -252,11 +252,13 @@ func TestSetBadValueWritesNothing(t *testing.T) {
 	dir := t.TempDir()
 	path := writeFile(t, filepath.Join(dir, "config.yaml"), hermesConfig)
 	for _, tt := range []struct{ key, value, want string }{
-		{"terminal.backend", "dokcer", `terminal.backend "dokcer": unknown backend (use one of local, docker`},
+		{"terminal.backend", "dokcer", `terminal.backend "dokcer": unknown backend, did you mean docker? (built in: fake, fake2; in the contract but not in this build: local, docker`},
 		{"timeout", "-1", `terminal.timeout "-1": out of range`},
-		{"terminal.ssh_port", "99999", `terminal.ssh_port "99999": out of range`},
-		{"terminal.docker_volumes", "/a:/b", `terminal.docker_volumes "/a:/b": not a JSON array`},
-		{"terminal.docker_env", "A=1", `terminal.docker_env "A=1": not a JSON object`},
+		{"terminal.fake_port", "99999", `terminal.fake_port "99999": must be a whole number from 1 to 65535`},
+		{"fake_mounts", `["/a:/b", "nocolon"]`, `terminal.fake_mounts "[\"/a:/b\", \"nocolon\"]": mount "nocolon" lacks a colon`},
+		{"modal_image", "x", `unknown key "modal_image": it belongs to backend modal, which is not built into this berth`},
+		{"terminal.fake_mounts", "/a:/b", `terminal.fake_mounts "/a:/b": not a JSON array`},
+		{"terminal.fake_env", "A=1", `terminal.fake_env "A=1": not a JSON object`},
 		{"tool_output.max_bytes", "100", `tool_output.max_bytes "100": out of range`},
 		{"terminal.bakend", "docker", `did you mean terminal.backend?`},
 	} {
@@ -321,34 +323,28 @@ func TestSetKeepsModeAndFollowsSymlink(t *testing.T) {
 // Every key set through Set reads back through Load and Get as given.
 func TestSetRoundTrip(t *testing.T) {
 	values := map[string]string{
-		"terminal.backend":                       "daytona",
-		"terminal.cwd":                           "~/work: a # b",
-		"terminal.timeout":                       "42",
-		"terminal.lifetime_seconds":              "43",
-		"terminal.docker_image":                  "img:tag",
-		"terminal.singularity_image":             "docker://img:tag",
-		"terminal.modal_image":                   "'quoted'",
-		"terminal.daytona_image":                 "true",
-		"terminal.container_cpu":                 "1.5",
-		"terminal.container_memory":              "100",
-		"terminal.container_disk":                "200",
-		"terminal.container_persistent":          "false",
-		"terminal.docker_volumes":                `["/a:/b","x \"y\""]`,
-		"terminal.docker_mount_cwd_to_workspace": "true",
-		"terminal.docker_forward_env":            `["A","B"]`,
-		"terminal.docker_env":                    `{"K":"line1\nline2","Z":""}`,
-		"terminal.docker_network":                "false",
-		"terminal.docker_read_only":              "true",
-		"terminal.ssh_host":                      "",
-		"terminal.ssh_user":                      "null",
-		"terminal.ssh_port":                      "2200",
-		"terminal.ssh_key":                       "multi\nline",
-		"terminal.persistent_shell":              "false",
-		"terminal.daemon_term_grace_seconds":     "0",
-		"terminal.env_passthrough":               `["X"]`,
-		"terminal.max_foreground_timeout":        "1",
-		"terminal.share_environment":             "true",
-		"tool_output.max_bytes":                  "1000",
+		"terminal.backend":                   "daytona",
+		"terminal.cwd":                       "~/work: a # b",
+		"terminal.timeout":                   "42",
+		"terminal.lifetime_seconds":          "43",
+		"terminal.container_cpu":             "1.5",
+		"terminal.container_memory":          "100",
+		"terminal.container_disk":            "200",
+		"terminal.container_persistent":      "false",
+		"terminal.docker_forward_env":        `["A","B"]`,
+		"terminal.docker_network":            "false",
+		"terminal.persistent_shell":          "false",
+		"terminal.daemon_term_grace_seconds": "0",
+		"terminal.env_passthrough":           `["X"]`,
+		"terminal.max_foreground_timeout":    "1",
+		"terminal.share_environment":         "true",
+		"terminal.fake_image":                "multi\nline:'quoted'",
+		"terminal.fake_port":                 "2200",
+		"terminal.fake_ratio":                "0",
+		"terminal.fake_flag":                 "false",
+		"terminal.fake_mounts":               `["/a:/b","x: \"y\""]`,
+		"terminal.fake_env":                  `{"K":"line1\nline2","Z":""}`,
+		"tool_output.max_bytes":              "1000",
 	}
 	if len(values) != len(Keys()) {
 		t.Fatalf("test covers %d keys of %d", len(values), len(Keys()))

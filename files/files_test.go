@@ -48,7 +48,7 @@ func (w withFileWriter) WriteFile(ctx context.Context, name string, r io.Reader,
 }
 
 func localEnv(t testing.TB, wrap func(backend.Backend) backend.Backend) *terminal.Env {
-	be, err := local.New(backend.Options{Config: config.Defaults()})
+	be, err := local.New(backend.Options{Config: config.Default().Terminal})
 	if err != nil {
 		t.Fatal(err)
 	}

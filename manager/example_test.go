@@ -15,7 +15,7 @@ import (
 // error.
 func ExampleManager_Run() {
 	ctx := context.Background()
-	cfg := &config.Config{Terminal: config.Defaults()} // backend "local"
+	cfg := config.Default() // backend "local", home ~/.berth (or $BERTH_HOME), nothing read from files
 	m := manager.New(cfg, nil)
 	defer m.CloseAll(ctx)
 

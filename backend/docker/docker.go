@@ -46,6 +46,7 @@ func init() {
 		},
 		Doctor: Doctor,
 		Envs:   envAdmin{},
+		Keys:   configKeys,
 	})
 }
 

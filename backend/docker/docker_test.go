@@ -43,9 +43,9 @@ func testKey(t testing.TB) string {
 // testOptions returns options for a throwaway environment on the test image.
 func testOptions(t testing.TB, mutate func(*config.Terminal)) backend.Options {
 	t.Helper()
-	cfg := config.Defaults()
+	cfg := config.Default().Terminal
 	cfg.Backend = Name
-	cfg.DockerImage = dockerenv.Image(t)
+	mustSet(&cfg, keyImage, dockerenv.Image(t))
 	cfg.ContainerPersistent = false
 	cfg.ContainerMemory = 512
 	if mutate != nil {
@@ -142,7 +142,7 @@ func testRunExitCodeAndMergedOutput(t *testing.T) {
 func testProcSpecDirAndEnv(t *testing.T) {
 	b := newBackend(t, testOptions(t, func(c *config.Terminal) {
 		c.Cwd = "/srv/app"
-		c.DockerEnv = map[string]string{"BERTH_PLAIN": "visible"}
+		mustSet(c, keyEnv, map[string]string{"BERTH_PLAIN": "visible"})
 	}))
 	out, _ := run(t, b, `pwd; echo "$BERTH_PLAIN"`)
 	if out != "/srv/app\nvisible\n" {
@@ -286,7 +286,7 @@ func testPidsLimitStopsForkBomb(t *testing.T) {
 }
 
 func testReadOnlyRoot(t *testing.T) {
-	b := newBackend(t, testOptions(t, func(c *config.Terminal) { c.DockerReadOnly = true }))
+	b := newBackend(t, testOptions(t, func(c *config.Terminal) { mustSet(c, keyReadOnly, true) }))
 	if out, code := run(t, b, "touch /etc/berth-test"); code == 0 {
 		t.Errorf("writing /etc succeeded on a read-only root: %s", out)
 	}
@@ -409,7 +409,7 @@ func testPersistenceAcrossBackends(t *testing.T) {
 	found := false
 	for _, e := range envs {
 		if e.Key == opts.Key {
-			found = e.ID == id1 && e.Persistent && e.State == "running" && e.Image == opts.Config.DockerImage
+			found = e.ID == id1 && e.Persistent && e.State == "running" && e.Image == opts.Config.String(keyImage)
 		}
 	}
 	if !found {
@@ -432,7 +432,7 @@ func testSettingsChangeReplacesContainerKeepsVolumes(t *testing.T) {
 	run(t, b1, "echo kept > /root/f")
 	id1 := b1.ContainerID()
 	_ = b1.Close(ctx)
-	opts.Config.DockerEnv = map[string]string{"CHANGED": "1"}
+	mustSet(&opts.Config, keyEnv, map[string]string{"CHANGED": "1"})
 	b2 := newBackend(t, opts)
 	if b2.ContainerID() == id1 {
 		t.Error("container not replaced after a settings change")
@@ -582,7 +582,7 @@ func testVolumesAndCwdMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newBackend(t, testOptions(t, func(c *config.Terminal) {
-		c.DockerVolumes = []string{host + ":/data:ro"}
+		mustSet(c, keyVolumes, []string{host + ":/data:ro"})
 	}))
 	if out, _ := run(t, b, "cat /data/hello.txt"); out != "from host\n" {
 		t.Errorf("bind mount: %q", out)
@@ -592,7 +592,7 @@ func testVolumesAndCwdMount(t *testing.T) {
 	}
 
 	wd, _ := os.Getwd()
-	b2 := newBackend(t, testOptions(t, func(c *config.Terminal) { c.DockerMountCwdToWorkspace = true }))
+	b2 := newBackend(t, testOptions(t, func(c *config.Terminal) { mustSet(c, keyMountCwd, true) }))
 	if out, _ := run(t, b2, "pwd; ls /workspace/docker_test.go"); out != "/workspace\n/workspace/docker_test.go\n" {
 		t.Errorf("cwd %s mounted at /workspace: %q", wd, out)
 	}
@@ -600,16 +600,16 @@ func testVolumesAndCwdMount(t *testing.T) {
 
 func TestBadVolumeEntriesNamed(t *testing.T) {
 	for _, v := range []string{"nocolon", "rel/path:/x", "/h:relative", "/h:/x:bogus", "/h:/", ":/x", "/a:/b:ro:extra"} {
-		cfg := config.Defaults()
-		cfg.DockerVolumes = []string{v}
+		cfg := config.Default().Terminal
+		mustSet(&cfg, keyVolumes, []string{v})
 		_, err := buildSpec(backend.Options{Key: "k", Config: cfg})
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", v)) {
 			t.Errorf("entry %q: error %v does not name it", v, err)
 		}
 	}
 	for _, v := range []string{"/h:/x", "/h:/x:ro", "myvol:/data:rw,nocopy"} {
-		cfg := config.Defaults()
-		cfg.DockerVolumes = []string{v}
+		cfg := config.Default().Terminal
+		mustSet(&cfg, keyVolumes, []string{v})
 		if _, err := buildSpec(backend.Options{Key: "k", Config: cfg}); err != nil {
 			t.Errorf("entry %q rejected: %v", v, err)
 		}
@@ -618,7 +618,7 @@ func TestBadVolumeEntriesNamed(t *testing.T) {
 
 func TestUnreachableDaemon(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "none.sock")
-	opts := backend.Options{Key: "k", Config: config.Defaults(), Getenv: func(k string) string {
+	opts := backend.Options{Key: "k", Config: config.Default().Terminal, Getenv: func(k string) string {
 		if k == "DOCKER_HOST" {
 			return "unix://" + sock
 		}
@@ -637,7 +637,7 @@ func TestUnreachableDaemon(t *testing.T) {
 
 func testMissingImage(t *testing.T) {
 	dockerenv.Require(t)
-	opts := testOptions(t, func(c *config.Terminal) { c.DockerImage = "berth-test/does-not-exist:0" })
+	opts := testOptions(t, func(c *config.Terminal) { mustSet(c, keyImage, "berth-test/does-not-exist:0") })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, err := New(ctx, opts)
@@ -653,7 +653,7 @@ func testDoctor(t *testing.T) {
 		t.Fatalf("Doctor: %+v", fp)
 	}
 	all := fp.Summary + "\n" + strings.Join(fp.Details, "\n")
-	for _, want := range []string{"API", "cpu limit", "memory limit", "pids limit", "disk quota", "image " + opts.Config.DockerImage + ": present"} {
+	for _, want := range []string{"API", "cpu limit", "memory limit", "pids limit", "disk quota", "image " + opts.Config.String(keyImage) + ": present"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("Doctor output lacks %q:\n%s", want, all)
 		}

@@ -62,7 +62,7 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 		diskQuota(ctx, cli, in.Driver, backing, opts),
 		fmt.Sprintf("cgroup %s (%s driver), security options: %s", in.CgroupVersion, in.CgroupDriver, strings.Join(in.SecurityOptions, ", ")),
 	)
-	image := opts.Config.DockerImage
+	image := opts.Config.String(keyImage)
 	if image != "" {
 		if _, err := cli.ImageInspect(ctx, image); err == nil {
 			fp.Details = append(fp.Details, "image "+image+": present")
@@ -76,7 +76,7 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 // diskQuota tells whether the daemon accepts a per-container disk quota.
 func diskQuota(ctx context.Context, cli *client.Client, driver, backing string, opts backend.Options) string {
 	const what = "disk quota (container_disk, StorageOpt size)"
-	image := opts.Config.DockerImage
+	image := opts.Config.String(keyImage)
 	if image != "" {
 		if _, err := cli.ImageInspect(ctx, image); err == nil {
 			res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{

@@ -68,7 +68,7 @@ func checkInContainer(t *testing.T, b backend.Backend, name string, content []by
 func testWriteFileExactBytes(t *testing.T) {
 	hostDir := t.TempDir()
 	b := newCopyBackend(t, testOptions(t, func(c *config.Terminal) {
-		c.DockerVolumes = []string{hostDir + ":/data"}
+		mustSet(c, keyVolumes, []string{hostDir + ":/data"})
 	}))
 	if out, code := run(t, b, "mkdir -p /root/sub/deeper /data/in"); code != 0 {
 		t.Fatalf("mkdir: %s", out)
@@ -163,8 +163,8 @@ func testWriteFileDeclinesHiddenPaths(t *testing.T) {
 func testWriteFileReadOnlyRoot(t *testing.T) {
 	hostDir := t.TempDir()
 	b := newCopyBackend(t, testOptions(t, func(c *config.Terminal) {
-		c.DockerReadOnly = true
-		c.DockerVolumes = []string{hostDir + ":/data", hostDir + ":/data-ro:ro"}
+		mustSet(c, keyReadOnly, true)
+		mustSet(c, keyVolumes, []string{hostDir + ":/data", hostDir + ":/data-ro:ro"})
 	}))
 	for _, name := range []string{"/etc/x", "/x", "/usr/x", "/data-ro/x", "/tmp/x"} {
 		if err := writeFile(b, name, []byte("data"), 0o666); !errors.Is(err, backend.ErrUnsupported) {

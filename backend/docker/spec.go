@@ -64,7 +64,7 @@ func buildSpec(opts backend.Options) (*spec, error) {
 	if key == "" {
 		key = "default"
 	}
-	image := strings.TrimSpace(c.DockerImage)
+	image := strings.TrimSpace(c.String(keyImage))
 	if image == "" {
 		return nil, fmt.Errorf("docker: terminal.docker_image is empty")
 	}
@@ -81,7 +81,7 @@ func buildSpec(opts backend.Options) (*spec, error) {
 		Name:       ContainerName(key),
 		Key:        key,
 		Image:      image,
-		ReadOnly:   c.DockerReadOnly,
+		ReadOnly:   c.Bool(keyReadOnly),
 		Network:    c.DockerNetwork,
 		NanoCPUs:   int64(c.ContainerCPU * 1e9),
 		MemoryMB:   c.ContainerMemory,
@@ -91,7 +91,7 @@ func buildSpec(opts backend.Options) (*spec, error) {
 	}
 
 	targets := map[string]bool{}
-	for _, v := range c.DockerVolumes {
+	for _, v := range c.List(keyVolumes) {
 		bind, target, err := parseVolume(v)
 		if err != nil {
 			return nil, err
@@ -99,7 +99,8 @@ func buildSpec(opts backend.Options) (*spec, error) {
 		s.Binds = append(s.Binds, bind)
 		targets[target] = true
 	}
-	if c.DockerMountCwdToWorkspace {
+	mountCwd := c.Bool(keyMountCwd)
+	if mountCwd {
 		if targets[workspaceDir] {
 			return nil, fmt.Errorf("docker: docker_mount_cwd_to_workspace and a docker_volumes entry both mount %s", workspaceDir)
 		}
@@ -116,8 +117,9 @@ func buildSpec(opts backend.Options) (*spec, error) {
 		}
 	}
 
-	keys := make([]string, 0, len(c.DockerEnv))
-	for k := range c.DockerEnv {
+	dockerEnv := c.Map(keyEnv)
+	keys := make([]string, 0, len(dockerEnv))
+	for k := range dockerEnv {
 		if !validEnvName(k) {
 			return nil, fmt.Errorf("docker: docker_env: bad variable name %q", k)
 		}
@@ -125,11 +127,11 @@ func buildSpec(opts backend.Options) (*spec, error) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		s.Env = append(s.Env, k+"="+c.DockerEnv[k])
+		s.Env = append(s.Env, k+"="+dockerEnv[k])
 	}
 
 	def := rootDir
-	if c.DockerMountCwdToWorkspace {
+	if mountCwd {
 		def = workspaceDir
 	}
 	s.WorkDir = containerDir(c.Cwd, def)

@@ -43,7 +43,7 @@ func TestCommandsDoNotSeeSecrets(t *testing.T) {
 	t.Setenv("BERTH_TEST_TOKEN", "tok-leak")
 	t.Setenv("ALLOWED_API_KEY", "allowed")
 	t.Setenv("PLAIN_SETTING", "plain")
-	cfg := config.Defaults()
+	cfg := config.Default().Terminal
 	cfg.EnvPassthrough = []string{"ALLOWED_API_KEY"}
 	be, err := New(backend.Options{Config: cfg})
 	if err != nil {

@@ -113,11 +113,11 @@ func localHome(getenv func(string) string) (string, error) {
 func resolveTarget(opts backend.Options, log *slog.Logger) (*target, error) {
 	getenv := getenvFunc(opts)
 	cfg := opts.Config
-	alias := strings.TrimSpace(cfg.SSHHost)
+	alias := strings.TrimSpace(cfg.String(keyHost))
 	if alias == "" {
 		return nil, &ConfigError{Msg: "no host configured: set terminal.ssh_host in the config file or the TERMINAL_SSH_HOST environment variable"}
 	}
-	userName := strings.TrimSpace(cfg.SSHUser)
+	userName := strings.TrimSpace(cfg.String(keyUser))
 	if i := strings.LastIndexByte(alias, '@'); i >= 0 {
 		if userName == "" {
 			userName = alias[:i]
@@ -155,7 +155,7 @@ func resolveTarget(opts backend.Options, log *slog.Logger) (*target, error) {
 		return nil, &ConfigError{Msg: fmt.Sprintf("no user for host %s: set terminal.ssh_user in the config file or the TERMINAL_SSH_USER environment variable (or a User line for the host in ~/.ssh/config)", alias)}
 	}
 	t.user = userName
-	t.port = cfg.SSHPort
+	t.port = cfg.Int(keyPort)
 	if p := hs.get("port"); p != "" && (t.port == 0 || t.port == 22) {
 		n, err := strconv.Atoi(p)
 		if err != nil || n <= 0 || n > 65535 {
@@ -187,8 +187,8 @@ func resolveTarget(opts backend.Options, log *slog.Logger) (*target, error) {
 		}
 		return p, nil
 	}
-	if cfg.SSHKey != "" {
-		if t.sshKey, err = expandPath(cfg.SSHKey); err != nil {
+	if sshKey := cfg.String(keyKey); sshKey != "" {
+		if t.sshKey, err = expandPath(sshKey); err != nil {
 			return nil, err
 		}
 	}

@@ -81,6 +81,7 @@ func init() {
 			return New(ctx, opts)
 		},
 		Doctor: Doctor,
+		Keys:   configKeys,
 	})
 }
 

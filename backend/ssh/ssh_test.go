@@ -33,12 +33,12 @@ func testOptions(s *sshenv.Server, env map[string]string) backend.Options {
 	if _, ok := env["HOME"]; !ok {
 		env["HOME"] = s.Home
 	}
-	cfg := config.Defaults()
+	cfg := config.Default().Terminal
 	cfg.Backend = Name
-	cfg.SSHHost = s.Host
-	cfg.SSHUser = s.User
-	cfg.SSHPort = s.Port
-	cfg.SSHKey = s.KeyPath
+	mustSet(&cfg, keyHost, s.Host)
+	mustSet(&cfg, keyUser, s.User)
+	mustSet(&cfg, keyPort, s.Port)
+	mustSet(&cfg, keyKey, s.KeyPath)
 	return backend.Options{Key: "test", Config: cfg, Getenv: func(k string) string { return env[k] }}
 }
 
@@ -297,7 +297,7 @@ func testAgentAuthentication(t *testing.T) {
 	s := sshenv.Start(t)
 	sock := serveAgent(t, s.KeyPath)
 	opts := testOptions(s, map[string]string{"SSH_AUTH_SOCK": sock})
-	opts.Config.SSHKey = ""
+	mustSet(&opts.Config, keyKey, "")
 	b := newTestBackend(t, opts)
 	if r := run(t, b, sh("echo via-agent")); r.err != nil || r.out != "via-agent\n" {
 		t.Fatalf("agent auth: %+v", r)
@@ -305,7 +305,7 @@ func testAgentAuthentication(t *testing.T) {
 
 	// Without the agent and without keys, authentication fails clearly.
 	opts = testOptions(s, nil)
-	opts.Config.SSHKey = ""
+	mustSet(&opts.Config, keyKey, "")
 	b2 := newTestBackend(t, opts)
 	_, err := b2.Start(context.Background(), sh("true"))
 	var ae *AuthError
@@ -320,7 +320,7 @@ func testDefaultIdentityFile(t *testing.T) {
 	data, _ := os.ReadFile(s.KeyPath)
 	writeFile(t, filepath.Join(s.Home, ".ssh", "id_ed25519"), string(data))
 	opts := testOptions(s, nil)
-	opts.Config.SSHKey = ""
+	mustSet(&opts.Config, keyKey, "")
 	b := newTestBackend(t, opts)
 	if r := run(t, b, sh("true")); r.err != nil || r.code != 0 {
 		t.Fatalf("default identity: %+v", r)
@@ -356,10 +356,10 @@ Host *
     IdentityFile ~/.ssh/does-not-exist
 `, s.Port, s.User))
 	opts := testOptions(s, nil)
-	opts.Config.SSHHost = "berth-alias-one"
-	opts.Config.SSHUser = ""
-	opts.Config.SSHPort = 22 // the default yields to the config's Port
-	opts.Config.SSHKey = ""
+	mustSet(&opts.Config, keyHost, "berth-alias-one")
+	mustSet(&opts.Config, keyUser, "")
+	mustSet(&opts.Config, keyPort, 22) // the default yields to the config's Port
+	mustSet(&opts.Config, keyKey, "")
 	b := newTestBackend(t, opts)
 	if got, want := b.Target(), fmt.Sprintf("%s@127.0.0.1:%d", s.User, s.Port); got != want {
 		t.Fatalf("target %s, want %s", got, want)
@@ -375,11 +375,11 @@ Host *
 		t.Errorf("known_hosts = %q", lines)
 	}
 	// ? matches one character; negation excludes.
-	opts.Config.SSHHost = "gpu-box"
+	mustSet(&opts.Config, keyHost, "gpu-box")
 	if b2 := newTestBackend(t, opts); b2.Target() != b.Target() {
 		t.Errorf("gpu-box resolved to %s", b2.Target())
 	}
-	opts.Config.SSHHost = "berth-alias-excluded"
+	mustSet(&opts.Config, keyHost, "berth-alias-excluded")
 	b3 := newTestBackend(t, opts)
 	if b3.t.user != "wrong-user" || b3.t.host != "berth-alias-excluded" {
 		t.Errorf("negated pattern matched: %s", b3.Target())
@@ -388,13 +388,13 @@ Host *
 
 func TestMissingSettings(t *testing.T) {
 	env := map[string]string{"HOME": t.TempDir()}
-	opts := backend.Options{Config: config.Defaults(), Getenv: func(k string) string { return env[k] }}
+	opts := backend.Options{Config: config.Default().Terminal, Getenv: func(k string) string { return env[k] }}
 	_, err := New(context.Background(), opts)
 	var ce *ConfigError
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "TERMINAL_SSH_HOST") || !strings.Contains(err.Error(), "terminal.ssh_host") {
 		t.Fatalf("no host: %v", err)
 	}
-	opts.Config.SSHHost = "example.invalid"
+	mustSet(&opts.Config, keyHost, "example.invalid")
 	_, err = New(context.Background(), opts)
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "TERMINAL_SSH_USER") || !strings.Contains(err.Error(), "terminal.ssh_user") {
 		t.Fatalf("no user: %v", err)
@@ -409,8 +409,10 @@ func testUnreachable(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	env := map[string]string{"HOME": t.TempDir()}
-	cfg := config.Defaults()
-	cfg.SSHHost, cfg.SSHUser, cfg.SSHPort = "127.0.0.1", "root", port
+	cfg := config.Default().Terminal
+	mustSet(&cfg, keyHost, "127.0.0.1")
+	mustSet(&cfg, keyUser, "root")
+	mustSet(&cfg, keyPort, port)
 	b := newTestBackend(t, backend.Options{Config: cfg, Getenv: func(k string) string { return env[k] }})
 	_, err = b.Start(context.Background(), sh("true"))
 	var ue *backend.UnreachableError
@@ -663,8 +665,9 @@ func testManyChannelsBeyondMaxSessions(t *testing.T) {
 
 func testSessionEnv(t *testing.T) {
 	env := map[string]string{"HOME": t.TempDir(), "FOO": "1", "SECRET_TOKEN": "s3"}
-	cfg := config.Defaults()
-	cfg.SSHHost, cfg.SSHUser = "example.invalid", "u"
+	cfg := config.Default().Terminal
+	mustSet(&cfg, keyHost, "example.invalid")
+	mustSet(&cfg, keyUser, "u")
 	cfg.EnvPassthrough = []string{"FOO", "SECRET_TOKEN", "UNSET"}
 	b := newTestBackend(t, backend.Options{Config: cfg, Getenv: func(k string) string { return env[k] }})
 	var se backend.SessionEnver = b

@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
 )
 
@@ -15,8 +18,10 @@ func newConfigCmd() *cobra.Command {
 		Use:   "config",
 		Short: "Show or change settings in the config file",
 		Long: `Read and edit berth's YAML configuration. Keys are terminal.<name> (or just
-<name>) and tool_output.max_bytes. Lists and maps take JSON.`,
+<name>) and tool_output.max_bytes; "berth config keys" lists them all, with
+the keys each built-in backend declares. Lists and maps take JSON.`,
 		Example: `  berth config path
+  berth config keys
   berth config get terminal.backend
   berth config set terminal.backend docker
   berth config set docker_volumes '["/data:/data:ro"]'`,
@@ -71,8 +76,48 @@ func newConfigCmd() *cobra.Command {
 				return err
 			}
 			fmt.Printf("%s = %s in %s\n", args[0], args[1], p)
+			if key := strings.TrimPrefix(strings.ToLower(args[0]), "terminal."); key == "backend" {
+				name := strings.ToLower(strings.TrimSpace(args[1]))
+				if _, ok := backend.Lookup(name); !ok {
+					fmt.Fprintf(os.Stderr, "note: backend %s is not built into this berth (choices: %s)\n", name, backend.Choices())
+				}
+			}
+			return nil
+		},
+	})
+	root.AddCommand(&cobra.Command{
+		Use:   "keys",
+		Short: "List every key with its variable, default, backend and meaning",
+		Example: `  berth config keys
+  berth config keys | grep ssh_`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			printKeys(os.Stdout)
 			return nil
 		},
 	})
 	return root
+}
+
+// printKeys lists every configuration key: shared ones, then the keys of
+// each registered backend.
+func printKeys(w io.Writer) {
+	for _, d := range config.Describe() {
+		owner := "shared"
+		if len(d.Backends) > 0 {
+			owner = strings.Join(d.Backends, ", ")
+		}
+		def := d.Default
+		if def == "" {
+			def = `""`
+		}
+		env := d.Env
+		if env == "" {
+			env = "-"
+		}
+		fmt.Fprintf(w, "%s  [%s]  %s  default %s\n    %s\n", d.Key, owner, env, def, d.Help)
+	}
+	if _, missing := config.BackendNames(); len(missing) > 0 {
+		fmt.Fprintf(w, "\nNot in this build (their keys are ignored): %s\n", strings.Join(missing, ", "))
+	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"time"
 
@@ -19,8 +21,8 @@ func newDoctorCmd() *cobra.Command {
 		Short: "Check which backends are usable here and what to do about the others",
 		Long: `For every backend, check whether it can work on this machine with the current
 configuration (daemon reachable, host reachable and authenticating, ...) and
-say what to do when it cannot. Exits 1 when the configured backend is not
-usable.`,
+say what to do when it cannot; list the settings of the configured backend.
+Exits 1 when the configured backend is not usable.`,
 		Example: `  berth doctor
   berth doctor --config ~/.hermes/config.yaml`,
 		Args: cobra.NoArgs,
@@ -29,54 +31,85 @@ usable.`,
 			if err != nil {
 				return err
 			}
-			path := cfg.Path
-			if path == "" {
-				path = "(none; defaults)"
-			}
-			fmt.Printf("config:  %s\nhome:    %s\nbackend: %s (from %s)\n\n", path, cfg.Home, cfg.Terminal.Backend, source(cfg, "terminal.backend"))
-			configuredOK := false
-			for _, name := range config.Backends {
-				reg, ok := backend.Lookup(name)
-				mark, line, fix := "✗", "", ""
-				var details []string
-				switch {
-				case !ok:
-					line = "not built into this berth"
-				case reg.Doctor == nil:
-					mark, line = "?", "no checks available"
-				default:
-					ctx, cancel := context.WithTimeout(cmd.Context(), 20*time.Second)
-					fp := reg.Doctor(ctx, backend.Options{Key: "doctor", Config: cfg.Terminal, Home: cfg.Home, Getenv: cfg.Getenv})
-					cancel()
-					line, fix, details = fp.Summary, fp.Fix, fp.Details
-					if fp.Usable {
-						mark = "✓"
-						if name == cfg.Terminal.Backend {
-							configuredOK = true
-						}
-					}
-				}
-				sel := " "
-				if name == cfg.Terminal.Backend {
-					sel = "*"
-				}
-				fmt.Printf("%s %s %-12s %s\n", sel, mark, name, line)
-				for _, d := range details {
-					fmt.Printf("                 %s\n", d)
-				}
-				if fix != "" {
-					fmt.Printf("                 fix: %s\n", fix)
-				}
-			}
-			if !slices.Contains(config.Backends, cfg.Terminal.Backend) || !configuredOK {
+			if !doctor(cmd.Context(), os.Stdout, cfg) {
 				return exitError{1}
 			}
 			return nil
 		},
 	}
 	c.addConfigFlag(cmd)
-	cmd.Flags().StringVar(&c.backend, "backend", "", "check as if this backend were configured")
+	cmd.Flags().StringVar(&c.backend, "backend", "", "check as if this backend were configured: "+backend.Choices())
 	return cmd
+}
+
+// doctorNames returns the backends doctor reports on: the contract's, in
+// its order, then any other registered one.
+func doctorNames() []string {
+	names := config.ContractBackends()
+	for _, n := range backend.Names() {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// doctor prints the state of every backend and the settings of the
+// configured one to w; it reports whether the configured backend is usable.
+func doctor(ctx context.Context, w io.Writer, cfg *config.Config) bool {
+	path := cfg.Path
+	if path == "" {
+		path = "(none; defaults)"
+	}
+	fmt.Fprintf(w, "config:  %s\nhome:    %s\nbackend: %s (from %s)\n\n", path, cfg.Home, cfg.Terminal.Backend, source(cfg, "terminal.backend"))
+	configuredOK := false
+	for _, name := range doctorNames() {
+		reg, ok := backend.Lookup(name)
+		mark, line, fix := "✗", "", ""
+		var details []string
+		switch {
+		case !ok:
+			line = "not built into this berth"
+		case reg.Doctor == nil:
+			mark, line = "?", "no checks available"
+		default:
+			dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			fp := reg.Doctor(dctx, backend.Options{Key: "doctor", Config: cfg.Terminal, Home: cfg.Home, Getenv: cfg.Getenv})
+			cancel()
+			line, fix, details = fp.Summary, fp.Fix, fp.Details
+			if fp.Usable {
+				mark = "✓"
+				if name == cfg.Terminal.Backend {
+					configuredOK = true
+				}
+			}
+		}
+		sel := " "
+		if name == cfg.Terminal.Backend {
+			sel = "*"
+		}
+		fmt.Fprintf(w, "%s %s %-12s %s\n", sel, mark, name, line)
+		for _, d := range details {
+			fmt.Fprintf(w, "                 %s\n", d)
+		}
+		if fix != "" {
+			fmt.Fprintf(w, "                 fix: %s\n", fix)
+		}
+	}
+	if reg, ok := backend.Lookup(cfg.Terminal.Backend); ok && len(reg.Keys) > 0 {
+		fmt.Fprintf(w, "\n%s settings:\n", reg.Name)
+		for _, k := range reg.Keys {
+			v, err := cfg.Get(k.Name)
+			switch {
+			case err != nil:
+				v = "?"
+			case v == "":
+				v = `""`
+			}
+			fmt.Fprintf(w, "  %s = %s (%s)\n      %s\n", k.Name, v, source(cfg, k.Name), k.Help)
+		}
+	}
+	return configuredOK
 }
 
 func source(cfg *config.Config, key string) string {

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/config"
+)
+
+// doctor lists every registered backend, including one it has never heard
+// of, runs its check, and shows the configured backend's declared keys.
+func TestDoctorListsRegisteredBackend(t *testing.T) {
+	backend.Register(backend.Registration{
+		Name:        "doctortest",
+		Description: "a backend only this test registers",
+		New: func(context.Context, backend.Options) (backend.Backend, error) {
+			return nil, errors.New("not for running")
+		},
+		Doctor: func(_ context.Context, opts backend.Options) backend.Fingerprint {
+			return backend.Fingerprint{Usable: opts.Config.Int("doctortest_level") > 0, Summary: "doctortest answers",
+				Details: []string{"level " + opts.Config.String("doctortest_name")}}
+		},
+		Keys: []config.Key{
+			{Name: "doctortest_level", Default: 1, Help: "how hard to try"},
+			{Name: "doctortest_name", Default: "plain", Help: "a name"},
+		},
+	})
+	env := map[string]string{"BERTH_HOME": t.TempDir(), "TERMINAL_DOCTORTEST_LEVEL": "5"}
+	cfg, err := config.Load(config.LoadOptions{Getenv: func(k string) string { return env[k] }, Flags: map[string]string{"backend": "doctortest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if ok := doctor(context.Background(), &out, cfg); !ok {
+		t.Errorf("doctor reported the configured backend unusable:\n%s", out.String())
+	}
+	text := out.String()
+	for _, want := range []string{
+		"backend: doctortest (from flag)",
+		"* ✓ doctortest   doctortest answers",
+		"level plain",
+		"doctortest settings:\n  doctortest_level = 5 (env:TERMINAL_DOCTORTEST_LEVEL)\n      how hard to try\n  doctortest_name = plain (default)\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, text)
+		}
+	}
+	_, missing := config.BackendNames()
+	for _, name := range append(backend.Names(), missing...) {
+		if !strings.Contains(text, " "+name+" ") {
+			t.Errorf("doctor output lacks backend %s:\n%s", name, text)
+		}
+	}
+	for _, name := range missing {
+		if !strings.Contains(text, "✗ "+name+strings.Repeat(" ", 13-len(name))+"not built into this berth") {
+			t.Errorf("doctor does not say %s is not built in:\n%s", name, text)
+		}
+	}
+
+	// An unusable configured backend makes doctor fail.
+	env["TERMINAL_DOCTORTEST_LEVEL"] = "0"
+	cfg, err = config.Load(config.LoadOptions{Getenv: func(k string) string { return env[k] }, Flags: map[string]string{"backend": "doctortest"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if doctor(context.Background(), &out, cfg) {
+		t.Errorf("doctor passed with an unusable backend:\n%s", out.String())
+	}
+}
+
+// The berth binary: declared keys are listed, set in the file and read back
+// like shared ones, and the --backend help comes from the registry.
+func TestConfigDeclaredKeys(t *testing.T) {
+	out, _, code, _ := berth(t, "", "config", "keys")
+	for _, want := range []string{
+		"terminal.timeout  [shared]  TERMINAL_TIMEOUT  default 180\n",
+		"terminal.docker_image  [docker]  TERMINAL_DOCKER_IMAGE  default " + config.DefaultImage + "\n",
+		"terminal.ssh_port  [ssh]  TERMINAL_SSH_PORT  default 22\n",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("config keys: exit %d, lacks %q:\n%s", code, want, out)
+		}
+	}
+
+	cfg := t.TempDir() + "/config.yaml"
+	_, errs, code, _ := berth(t, "", "config", "--config", cfg, "set", "docker_volumes", `["/a:/b"]`)
+	if code != 0 {
+		t.Fatalf("set: exit %d %s", code, errs)
+	}
+	if out, _, _, _ := berth(t, "", "config", "--config", cfg, "get", "terminal.docker_volumes"); out != `["/a:/b"]`+"\n" {
+		t.Errorf("get: %q", out)
+	}
+	_, errs, code, _ = berth(t, "", "config", "--config", cfg, "set", "ssh_port", "0")
+	if code == 0 || !strings.Contains(errs, `terminal.ssh_port "0": must be a whole number from 1 to 65535`) {
+		t.Errorf("bad ssh_port accepted: exit %d %q", code, errs)
+	}
+
+	// The --backend help names every backend of the registry (the binary
+	// lacks the one this test process registered) and the missing ones.
+	out, _, _, _ = berth(t, "", "doctor", "--help")
+	_, flagLine, _ := strings.Cut(out, "--backend string")
+	flagLine, _, _ = strings.Cut(flagLine, "\n")
+	builtIn, missing := config.BackendNames()
+	for _, name := range builtIn {
+		if name != "doctortest" && !strings.Contains(flagLine, name) {
+			t.Errorf("--backend help lacks %s: %q", name, flagLine)
+		}
+	}
+	if len(missing) > 0 && !strings.Contains(flagLine, "(not in this build: "+strings.Join(missing, ", ")+")") {
+		t.Errorf("--backend help lacks the missing backends %v: %q", missing, flagLine)
+	}
+}
