@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/a55dbaac/berth/backend"
 	"runtime"
 	"strconv"
 	"strings"
@@ -90,7 +91,7 @@ throughput with the peak memory growth of the berth process.`,
 		},
 	}
 	c.addConfigFlag(cmd)
-	cmd.Flags().StringVar(&c.backend, "backend", "", "backend to measure (default: configured)")
+	cmd.Flags().StringVar(&c.backend, "backend", "", "backend to measure (default: configured): "+backend.Choices())
 	cmd.Flags().StringVar(&c.task, "task", "bench", "environment key")
 	cmd.Flags().IntVarP(&n, "n", "n", 1000, "berth calls to time")
 	cmd.Flags().IntVar(&spawnN, "spawn-n", 100, "baseline calls to time")

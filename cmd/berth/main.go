@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/a55dbaac/berth/backend"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -49,7 +50,7 @@ func (c *common) addConfigFlag(cmd *cobra.Command) {
 
 func (c *common) addRunFlags(cmd *cobra.Command) {
 	c.addConfigFlag(cmd)
-	cmd.Flags().StringVar(&c.backend, "backend", "", "backend: local, docker, ssh, singularity, modal, daytona (overrides TERMINAL_ENV and the file)")
+	cmd.Flags().StringVar(&c.backend, "backend", "", "backend: "+backend.Choices()+" (overrides TERMINAL_ENV and the file)")
 	cmd.Flags().StringVar(&c.task, "task", manager.DefaultKey, "environment key: commands with the same task share one environment")
 	cmd.Flags().IntVar(&c.timeout, "timeout", 0, "seconds before the command and everything it started are killed (default terminal.timeout)")
 	cmd.Flags().StringVar(&c.workdir, "workdir", "", "absolute directory for this command only (the session's cwd does not move)")

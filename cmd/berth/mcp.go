@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/a55dbaac/berth/backend"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,7 +24,7 @@ import (
 // commands that run things.
 func (c *common) addMCPFlags(cmd *cobra.Command) {
 	c.addConfigFlag(cmd)
-	cmd.Flags().StringVar(&c.backend, "backend", "", "backend: local, docker, ssh, singularity, modal, daytona (overrides TERMINAL_ENV and the file)")
+	cmd.Flags().StringVar(&c.backend, "backend", "", "backend: "+backend.Choices()+" (overrides TERMINAL_ENV and the file)")
 	cmd.Flags().StringVar(&c.task, "task", manager.DefaultKey, "environment key (the prefix of per-session keys over HTTP)")
 	cmd.Flags().IntVar(&c.timeout, "timeout", 0, "default seconds before a command is killed (default terminal.timeout)")
 }
