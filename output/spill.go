@@ -53,7 +53,7 @@ func (s *spillFile) write(b []byte, n int) {
 		return
 	}
 	if s.chars+n > s.max {
-		b = b[:runeOffset(b, s.max-s.chars)]
+		b = FirstChars(b, s.max-s.chars)
 		n = s.max - s.chars
 		s.cut = true
 	}

@@ -215,7 +215,7 @@ func (p *Proc) text() string {
 	p.mu.Lock()
 	raw := string(p.buf)
 	p.mu.Unlock()
-	s := output.Process(raw)
+	s := output.Clean(raw)
 	if n := utf8.RuneCountInString(s); n > BufferChars {
 		s = string([]rune(s)[n-BufferChars:])
 	}
