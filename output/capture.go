@@ -8,7 +8,7 @@
 //   - Capture, for a foreground command: the result is truncated to a
 //     character budget, keeping the first 40% and the last 60% around a
 //     notice, and the full cleaned output is spilled to a private file when
-//     it does not fit;
+//     it does not fit (spill files are capped per file and per directory);
 //   - Rolling, for a background process: the last N characters of cleaned
 //     text, cleaned on arrival;
 //   - Clean, for a string in memory.
@@ -43,7 +43,12 @@ type Options struct {
 	MaxChars      int    // cap on the runes of Result.Output; 0 (or less) = DefaultMaxChars
 	SpillDir      string // directory for spill files; "" = no spilling (FullOutputPath stays empty)
 	SpillMaxChars int    // cap on the runes written to a spill file; 0 (or less) = DefaultSpillMaxChars
-	NoRedact      bool   // disable secret redaction (on by default)
+	SpillMaxBytes int    // cap on the bytes written to a spill file; 0 (or less) = DefaultSpillMaxBytes
+	// SpillDirMaxBytes is the budget of all spill files in SpillDir: when a
+	// spill file is finished, the oldest others are removed until the rest
+	// fit. 0 (or less) = DefaultSpillDirMaxBytes.
+	SpillDirMaxBytes int64
+	NoRedact         bool // disable secret redaction (on by default)
 }
 
 // Capture is an io.Writer fed with the raw byte stream of one command. Its
@@ -102,6 +107,12 @@ func NewCapture(opts Options) *Capture {
 	if opts.SpillMaxChars <= 0 {
 		opts.SpillMaxChars = DefaultSpillMaxChars
 	}
+	if opts.SpillMaxBytes <= 0 {
+		opts.SpillMaxBytes = DefaultSpillMaxBytes
+	}
+	if opts.SpillDirMaxBytes <= 0 {
+		opts.SpillDirMaxBytes = DefaultSpillDirMaxBytes
+	}
 	c := &Capture{opts: opts}
 	c.pipe = newPipeline(cleanStages(!opts.NoRedact), c.commit)
 	return c
@@ -154,7 +165,7 @@ func (c *Capture) startSpill() {
 	if c.opts.SpillDir == "" || c.spill != nil || c.err != nil {
 		return
 	}
-	s, err := newSpill(c.opts.SpillDir, c.opts.SpillMaxChars)
+	s, err := newSpill(c.opts.SpillDir, c.opts)
 	if err != nil {
 		c.err = err
 		return

@@ -1,9 +1,12 @@
 package output
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
@@ -145,6 +148,101 @@ func TestUnterminatedControlStringEndsAtNewline(t *testing.T) {
 		long := "a\n" + intro + strings.Repeat("z", maxControlString+10) + "VISIBLE"
 		if got := Clean(long); !strings.HasSuffix(got, "VISIBLE") || !strings.HasPrefix(got, "a\n") {
 			t.Errorf("intro %q: an over-long string with no newline hid the text after it", intro)
+		}
+	}
+}
+
+// TestSpillFileByteCap: a spill file is capped in bytes as well as in
+// characters: 6 M four-byte characters make a file of at most
+// SpillMaxBytes plus its closing note (L16).
+func TestSpillFileByteCap(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCapture(Options{MaxChars: 1000, SpillDir: dir})
+	chunk := []byte(strings.Repeat("\U0001F600", 16<<10))
+	for n := 0; n < 6_000_000; n += 16 << 10 {
+		c.Write(chunk)
+	}
+	res := c.Finish("")
+	fi, err := os.Stat(res.FullOutputPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > DefaultSpillMaxBytes+200 {
+		t.Errorf("spill file holds %d bytes; want at most %d plus the note", fi.Size(), DefaultSpillMaxBytes)
+	}
+	data, _ := os.ReadFile(res.FullOutputPath)
+	if !utf8.Valid(data) || !strings.Contains(string(data), "[FULL OUTPUT CUT - this file holds the first 2,097,152 of") {
+		t.Errorf("spill file is not whole characters plus the cut note: ...%q", data[max(0, len(data)-120):])
+	}
+}
+
+// TestSpillDirBudget: the spill files of one directory are kept within a
+// total budget, the oldest removed first and the newest always kept, and
+// files that are not spill files are never touched (L16).
+func TestSpillDirBudget(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(other, make([]byte, 50_000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for i := range 12 {
+		c := NewCapture(Options{MaxChars: 100, SpillDir: dir, SpillDirMaxBytes: 100_000})
+		feed(c, strings.Repeat(fmt.Sprintf("%d", i%10), 20_000), 4096)
+		res := c.Finish("")
+		if res.FullOutputPath == "" {
+			t.Fatalf("spill %d: %+v", i, res)
+		}
+		// Distinct, increasing modification times, as if written apart.
+		mt := time.Now().Add(time.Duration(i-20) * time.Minute)
+		if err := os.Chtimes(res.FullOutputPath, mt, mt); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, res.FullOutputPath)
+	}
+	var total int64
+	for _, p := range spillFiles(t, dir) {
+		if p == other {
+			continue
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += fi.Size()
+	}
+	if total > 100_000 {
+		t.Errorf("spill files hold %d bytes; budget 100000", total)
+	}
+	for i, p := range paths {
+		_, err := os.Stat(p)
+		if exists, want := err == nil, i >= len(paths)-5; exists != want {
+			t.Errorf("spill %d of %d: exists=%v; want %v (oldest evicted first)", i, len(paths), exists, want)
+		}
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("a file that is not a spill file was removed: %v", err)
+	}
+}
+
+// TestSpillPruneIsPerDirectory: every directory is pruned when a spill
+// file is finished in it, not only the first one a process uses.
+func TestSpillPruneIsPerDirectory(t *testing.T) {
+	old := time.Now().Add(-8 * 24 * time.Hour)
+	for range 2 {
+		dir := t.TempDir()
+		stale := filepath.Join(dir, "berth-output-stale.txt")
+		if err := os.WriteFile(stale, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(stale, old, old); err != nil {
+			t.Fatal(err)
+		}
+		c := NewCapture(Options{MaxChars: 100, SpillDir: dir})
+		feed(c, runes(1000), 100)
+		c.Finish("")
+		if _, err := os.Stat(stale); err == nil {
+			t.Errorf("a week-old spill file in %s was not pruned", dir)
 		}
 	}
 }
