@@ -216,6 +216,10 @@ func (r *redactor) cut() (c int, skip *[256]bool) {
 		if i == n {
 			break
 		}
+		if !maybeSecret(p, i) {
+			i++
+			continue
+		}
 		m := matchAt(p, i, last, r.shell)
 		if m.end == 0 {
 			i++
@@ -470,23 +474,35 @@ type match struct {
 
 // matchAt checks the anchor byte at i. A match never starts before min.
 // shell says the text is a shell command line (see matchAssign).
+// Callers check maybeSecret(b, i) first.
 func matchAt(b []byte, i, min int, shell bool) match {
-	if !maybeSecret(b, i) {
-		return match{}
-	}
 	switch b[i] {
 	case ':':
-		if m := matchAuth(b, i, min); m.end != 0 {
-			return m
+		if afterAuthorization(b, i) {
+			if m := matchAuth(b, i, min); m.end != 0 {
+				return m
+			}
 		}
 		return matchURL(b, i, min)
 	case '=':
-		if m := matchAuth(b, i, min); m.end != 0 {
-			return m
+		if afterAuthorization(b, i) {
+			if m := matchAuth(b, i, min); m.end != 0 {
+				return m
+			}
 		}
 		return matchAssign(b, i, min, shell)
 	}
 	return matchShape(b, i, min)
+}
+
+// afterAuthorization is a quick look for "authorization" (perhaps quoted)
+// right before the separator at i.
+func afterAuthorization(b []byte, i int) bool {
+	k := i
+	for k > 0 && k > i-2 && (b[k-1] == '"' || b[k-1] == '\'') {
+		k--
+	}
+	return k >= 13 && b[k-1]|0x20 == 'n' && b[k-2]|0x20 == 'o' && b[k-13]|0x20 == 'a'
 }
 
 // maybeSecret is a cheap look at the bytes around the anchor at i: false
