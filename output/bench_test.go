@@ -71,3 +71,30 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkSmallCommand measures the per-command overhead of the pipeline:
+// a Capture fed the output of a typical short command (a few lines, one
+// colour code), then finished.
+func BenchmarkSmallCommand(b *testing.B) {
+	out := []byte("total 12\n-rw-r--r-- 1 root root  120 Nov 23 10:00 \x1b[01;32mmain.go\x1b[0m\n-rw-r--r-- 1 root root 4096 Nov 23 10:00 go.mod\n")
+	b.ReportAllocs()
+	for b.Loop() {
+		c := NewCapture(Options{})
+		c.Write(out)
+		_ = c.Finish("")
+	}
+}
+
+// BenchmarkRollingThroughput measures a background process's buffer:
+// cleaning on arrival plus keeping the last 200 000 characters, fed in
+// 32 KiB reads of coloured log lines.
+func BenchmarkRollingThroughput(b *testing.B) {
+	line := "\x1b[32mok\x1b[0m step " + strings.Repeat("x", 60) + " status=ok\n"
+	chunk := []byte(strings.Repeat(line, 32<<10/len(line)))
+	r := NewRolling(200_000)
+	b.SetBytes(int64(len(chunk)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Write(chunk)
+	}
+}

@@ -1,13 +1,21 @@
 // Package output turns the raw merged stdout+stderr byte stream of a shell
 // command into the text an agent sees.
 //
-// The pipeline, applied while the bytes stream in: invalid UTF-8 is replaced
-// by U+FFFD; terminal escape sequences are stripped; known secret shapes are
-// redacted; trailing whitespace is trimmed; the result is truncated to a
-// character budget, keeping the first 40% and the last 60% around a notice,
-// and the full processed output is spilled to a private file when it does
-// not fit. Memory stays bounded by the budget (plus a few fixed 64 KiB
-// buffers), not by the size of the output.
+// The cleaning stages, one list run while the bytes stream in (see
+// cleanStages): invalid UTF-8 is replaced by U+FFFD; terminal escape
+// sequences are stripped; known secret shapes are redacted; trailing
+// whitespace is trimmed. The same list serves three callers:
+//   - Capture, for a foreground command: the result is truncated to a
+//     character budget, keeping the first 40% and the last 60% around a
+//     notice, and the full cleaned output is spilled to a private file when
+//     it does not fit (spill files are capped per file and per directory);
+//   - Rolling, for a background process: the last N characters of cleaned
+//     text, cleaned on arrival;
+//   - Clean, for a string in memory.
+//
+// Memory stays bounded by the budget (plus a few fixed 64 KiB buffers), not
+// by the size of the output. Redact and RedactCommand apply the redaction
+// stage alone, to text that is not command output.
 package output
 
 import (
@@ -35,7 +43,12 @@ type Options struct {
 	MaxChars      int    // cap on the runes of Result.Output; 0 (or less) = DefaultMaxChars
 	SpillDir      string // directory for spill files; "" = no spilling (FullOutputPath stays empty)
 	SpillMaxChars int    // cap on the runes written to a spill file; 0 (or less) = DefaultSpillMaxChars
-	NoRedact      bool   // disable secret redaction (on by default)
+	SpillMaxBytes int    // cap on the bytes written to a spill file; 0 (or less) = DefaultSpillMaxBytes
+	// SpillDirMaxBytes is the budget of all spill files in SpillDir: when a
+	// spill file is finished, the oldest others are removed until the rest
+	// fit. 0 (or less) = DefaultSpillDirMaxBytes.
+	SpillDirMaxBytes int64
+	NoRedact         bool // disable secret redaction (on by default)
 }
 
 // Capture is an io.Writer fed with the raw byte stream of one command. Its
@@ -50,12 +63,10 @@ type Options struct {
 type Capture struct {
 	mu       sync.Mutex
 	opts     Options
-	san      sanitizer
-	red      redactor
+	pipe     pipeline // cleanStages, feeding commit
 	finished bool
 	result   Result
 
-	hold  []byte // trailing whitespace not yet committed
 	total int    // runes committed
 	early []byte // the first runes committed, at most MaxChars of them
 	over  bool   // more than MaxChars runes were committed
@@ -96,8 +107,14 @@ func NewCapture(opts Options) *Capture {
 	if opts.SpillMaxChars <= 0 {
 		opts.SpillMaxChars = DefaultSpillMaxChars
 	}
+	if opts.SpillMaxBytes <= 0 {
+		opts.SpillMaxBytes = DefaultSpillMaxBytes
+	}
+	if opts.SpillDirMaxBytes <= 0 {
+		opts.SpillDirMaxBytes = DefaultSpillDirMaxBytes
+	}
 	c := &Capture{opts: opts}
-	c.red.emit = c.sink
+	c.pipe = newPipeline(cleanStages(!opts.NoRedact), c.commit)
 	return c
 }
 
@@ -110,58 +127,8 @@ func (c *Capture) Write(p []byte) (int, error) {
 	if c.finished {
 		return n, nil
 	}
-	for len(p) > 0 {
-		k := min(len(p), chunkSize)
-		c.stage2(c.san.process(p[:k]))
-		p = p[k:]
-	}
+	c.pipe.Write(p)
 	return n, nil
-}
-
-// stage2 passes sanitized text to redaction (or straight to the sink).
-func (c *Capture) stage2(b []byte) {
-	if c.opts.NoRedact {
-		c.sink(b)
-		return
-	}
-	c.red.write(b)
-}
-
-// sink receives processed text. Whitespace at its end is held back until
-// something else follows, so that trailing whitespace is never counted,
-// kept in the tail or spilled.
-func (c *Capture) sink(b []byte) {
-	k := len(b) - 1
-	for k >= 0 && isSpace(b[k]) {
-		k--
-	}
-	if k < 0 {
-		c.holdSpace(b)
-		return
-	}
-	if len(c.hold) > 0 {
-		c.commit(c.hold)
-		c.hold = c.hold[:0]
-	}
-	c.commit(b[:k+1])
-	c.holdSpace(b[k+1:])
-}
-
-func (c *Capture) holdSpace(b []byte) {
-	if len(c.hold)+len(b) > holdLimit {
-		// Too much to hold: it stops being a candidate for trimming.
-		c.commit(c.hold)
-		c.hold = c.hold[:0]
-		if len(b) > holdLimit {
-			c.commit(b[:len(b)-holdLimit])
-			b = b[len(b)-holdLimit:]
-		}
-	}
-	c.hold = append(c.hold, b...)
-}
-
-func isSpace(b byte) bool {
-	return b == ' ' || b == '\n' || b == '\t' || b == '\r' || b == '\v' || b == '\f'
 }
 
 // commit adds processed, non-trailing text to the output.
@@ -176,7 +143,7 @@ func (c *Capture) commit(b []byte) {
 			c.total += n
 			return
 		}
-		k := runeOffset(b, c.opts.MaxChars-c.total)
+		k := len(FirstChars(b, c.opts.MaxChars-c.total))
 		c.early = append(c.early, b[:k]...)
 		n -= c.opts.MaxChars - c.total
 		c.total = c.opts.MaxChars
@@ -198,7 +165,7 @@ func (c *Capture) startSpill() {
 	if c.opts.SpillDir == "" || c.spill != nil || c.err != nil {
 		return
 	}
-	s, err := newSpill(c.opts.SpillDir, c.opts.SpillMaxChars)
+	s, err := newSpill(c.opts.SpillDir, c.opts)
 	if err != nil {
 		c.err = err
 		return
@@ -218,11 +185,7 @@ func (c *Capture) Finish(marker string) Result {
 		return c.result
 	}
 	c.finished = true
-	c.stage2(c.san.flush())
-	if !c.opts.NoRedact {
-		c.red.flush()
-	}
-	c.hold = nil // trailing whitespace: dropped
+	c.pipe.Flush() // trailing whitespace is dropped
 	c.result = c.finish(marker)
 	c.early, c.tail = nil, ring{}
 	return c.result
@@ -255,16 +218,16 @@ func (c *Capture) finish(marker string) Result {
 	if budget < 0 {
 		// No room for the notice: as much head as fits, then the marker.
 		if m > maxChars {
-			res.Output = marker[:runeOffset([]byte(marker), maxChars)]
+			res.Output = FirstChars(marker, maxChars)
 		} else {
-			res.Output = string(c.early[:runeOffset(c.early, maxChars-m)]) + marker
+			res.Output = string(FirstChars(c.early, maxChars-m)) + marker
 		}
 		res.TruncationNote = c.note(&res, maxChars-m, 0)
 		return res
 	}
 	headN := budget * 4 / 10
 	tailN := budget - headN
-	head := c.early[:runeOffset(c.early, headN)]
+	head := FirstChars(c.early, headN)
 	var src []byte
 	if c.tail.full {
 		src = c.tail.contents()
@@ -274,7 +237,7 @@ func (c *Capture) finish(marker string) Result {
 	} else {
 		src = append(c.early, c.tail.contents()...)
 	}
-	tail := lastRunes(src, tailN)
+	tail := LastChars(src, tailN)
 	var sb strings.Builder
 	sb.Grow(len(head) + len(tail) + 128 + len(marker))
 	sb.Write(head)
@@ -346,13 +309,55 @@ func runeCount(b []byte) int {
 	return n - cont
 }
 
-// runeOffset returns the byte offset at which rune n of valid UTF-8 b
-// starts, or len(b) if b has n runes or fewer.
-func runeOffset(b []byte, n int) int {
+// LastChars returns the suffix of valid UTF-8 s holding its last n
+// characters (runes), or all of s if it has fewer. It is the one
+// truncation helper of foreground and background output.
+func LastChars[T ~string | ~[]byte](s T, n int) T {
 	if n <= 0 {
-		return 0
+		return s[len(s):]
 	}
-	for i := range len(b) {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i]&0xC0 != 0x80 {
+			n--
+			if n == 0 {
+				return s[i:]
+			}
+		}
+	}
+	return s
+}
+
+// FirstChars returns the prefix of valid UTF-8 s holding its first n
+// characters (runes), or all of s if it has fewer.
+func FirstChars[T ~string | ~[]byte](s T, n int) T {
+	if n <= 0 {
+		return s[:0]
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i]&0xC0 != 0x80 {
+			if n == 0 {
+				return s[:i]
+			}
+			n--
+		}
+	}
+	return s
+}
+
+// skipRunes returns the byte offset at which rune n of valid UTF-8 b
+// starts, or len(b) if b has n runes or fewer: len(FirstChars(b, n)),
+// eight bytes at a time.
+func skipRunes(b []byte, n int) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		if c := 8 - bits.OnesCount64(w&^(w<<1)&msb); c > n {
+			break
+		} else {
+			n -= c
+		}
+	}
+	for ; i < len(b); i++ {
 		if b[i]&0xC0 != 0x80 {
 			if n == 0 {
 				return i
@@ -361,22 +366,6 @@ func runeOffset(b []byte, n int) int {
 		}
 	}
 	return len(b)
-}
-
-// lastRunes returns the suffix of valid UTF-8 b holding its last n runes.
-func lastRunes(b []byte, n int) []byte {
-	if n <= 0 {
-		return nil
-	}
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i]&0xC0 != 0x80 {
-			n--
-			if n == 0 {
-				return b[i:]
-			}
-		}
-	}
-	return b
 }
 
 // ring keeps the last len(buf) bytes written to it.
@@ -408,17 +397,4 @@ func (r *ring) contents() []byte {
 		return r.buf[:r.pos]
 	}
 	return append(append([]byte(nil), r.buf[r.pos:]...), r.buf[:r.pos]...)
-}
-
-// Process runs the whole pipeline (UTF-8 repair, escape stripping,
-// redaction, trailing whitespace trim) on a small in-memory string, for
-// example a preview of background output. It never truncates.
-func Process(s string) string {
-	var out []byte
-	var z sanitizer
-	r := redactor{emit: func(p []byte) { out = append(out, p...) }}
-	r.write(z.process([]byte(s)))
-	r.write(z.flush())
-	r.flush()
-	return strings.TrimRight(string(out), " \t\r\n\v\f")
 }

@@ -224,7 +224,7 @@ func TestSpillFileHoldsProcessedOutputPrivately(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(Process(in.String()), string(data)); diff != "" {
+	if diff := cmp.Diff(Clean(in.String()), string(data)); diff != "" {
 		t.Errorf("spill content (-want +got):\n%s", diff)
 	}
 	if strings.Contains(string(data), ghpToken) {
@@ -358,7 +358,7 @@ func TestStreamingMemoryIsBounded(t *testing.T) {
 		b.WriteString("\x1b[1;34mINFO\x1b[0m building target é中 ok=1 key_x-y: " + ghpToken + " done\n")
 	}
 	chunk := []byte(b.String())
-	perChunk := utf8.RuneCountInString(Process(b.String())) + 1 // + the trimmed final newline
+	perChunk := utf8.RuneCountInString(Clean(b.String())) + 1 // + the trimmed final newline
 
 	c := NewCapture(Options{SpillDir: t.TempDir()})
 	runtime.GC()
@@ -393,11 +393,11 @@ func TestStreamingMemoryIsBounded(t *testing.T) {
 	}
 }
 
-// TestStreamingMatchesProcessRandomSplits checks, on random mixes of text,
+// TestStreamingMatchesCleanRandomSplits checks, on random mixes of text,
 // escape sequences, invalid bytes, secrets and key blocks, that feeding a
 // Capture in random pieces gives exactly what Process gives on the whole
 // input, and that the result is valid UTF-8 without escape characters.
-func TestStreamingMatchesProcessRandomSplits(t *testing.T) {
+func TestStreamingMatchesCleanRandomSplits(t *testing.T) {
 	parts := []string{
 		"plain text ", "\n", "\r\n", "\t", "é", "中", "😀", "\xff", "\xe2\x82", "\xc3",
 		"\x1b[1;31m", "\x1b[0m", "\x1b]0;title\x07", "\x1b]8;;http://x\x1b\\", "\x1bP1$r0m\x1b\\",
@@ -413,7 +413,7 @@ func TestStreamingMatchesProcessRandomSplits(t *testing.T) {
 			in.WriteString(parts[rng.IntN(len(parts))])
 		}
 		s := in.String()
-		want := Process(s)
+		want := Clean(s)
 		c := NewCapture(Options{MaxChars: 1 << 20})
 		for i := 0; i < len(s); {
 			n := min(len(s)-i, 1+rng.IntN(20))

@@ -83,7 +83,10 @@ func TestRedactLeavesLookAlikes(t *testing.T) {
 		"eyJhbGciOiJIUzI1NiJ9 alone",        // one segment
 		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOjF9", // two segments
 		"Bearer authentication is described in RFC 6750",
-		"Authorization: Basic dXNlcjpwYXNz",
+		"Authorization: required for every call",
+		"https://example.com:8443/path?q=1 ftp://user@host/",
+		"PWD=/root OLDPWD=/tmp TOKENIZERS_PARALLELISM=false KEY_ID=x GPG_TTY=/dev/pts/0",
+		"if [ \"$PASSWORD\" == x ]; then PASSWORD==x; fi",
 		"-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----",
 		"-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYI\n-----END PUBLIC KEY-----",
 		"2024-05-01T12:00:00Z INFO a_b=c-d key: value ASIA AKIA",
@@ -169,9 +172,9 @@ func TestRedactWhileStreamingSplitWrites(t *testing.T) {
 		"> Authorization: Bearer " + bearerToken + "\n< HTTP/1.1 200 OK",
 	}
 	for _, in := range ins {
-		want := Process(in)
+		want := Clean(in)
 		if strings.Contains(want, "AbCdEf") || strings.Contains(want, "MIIE") || strings.Contains(want, bearerToken) {
-			t.Fatalf("Process(%q) leaked a secret: %q", in, want)
+			t.Fatalf("Clean(%q) leaked a secret: %q", in, want)
 		}
 		for cut := 1; cut < len(in); cut++ {
 			if got := redactCapture(in[:cut], in[cut:]); got != want {
@@ -192,7 +195,7 @@ func TestRedactLongLineIsBoundedAndRedacted(t *testing.T) {
 	c := NewCapture(Options{MaxChars: 1 << 22})
 	for i := 0; i < len(in); i += 4096 {
 		c.Write([]byte(in[i:min(i+4096, len(in))]))
-		if got := cap(c.red.pending); got > 2*lineLimit {
+		if got := cap(c.pipe.stages[1].(*redactor).pending); got > 2*lineLimit {
 			t.Fatalf("partial line buffer grew to %d bytes", got)
 		}
 	}
@@ -211,10 +214,20 @@ func TestNoRedactOption(t *testing.T) {
 	}
 }
 
-func TestProcessRunsWholePipeline(t *testing.T) {
+func TestCleanRunsWholePipeline(t *testing.T) {
 	in := "\x1b[31merror:\x1b[0m bad \xff byte, token " + ghpToken + " \r\n\n\t  "
 	want := "error: bad \uFFFD byte, token ghp_[REDACTED]"
-	if got := Process(in); got != want {
+	if got := Clean(in); got != want {
 		t.Errorf("Process = %q; want %q", got, want)
+	}
+}
+
+// TestRedactCommand: in a command line, a secret variable's unquoted value
+// ends at the blank, so the command stays readable.
+func TestRedactCommand(t *testing.T) {
+	in := "PGPASSWORD=hunter2hunter2 psql -h db; API_TOKEN='a b c' ./run --password=x1 " + ghpToken
+	want := "PGPASSWORD=[REDACTED] psql -h db; API_TOKEN='[REDACTED]' ./run --password=[REDACTED] ghp_[REDACTED]"
+	if got := RedactCommand(in); got != want {
+		t.Errorf("RedactCommand = %q; want %q", got, want)
 	}
 }

@@ -29,11 +29,66 @@ func init() {
 // 8-bit C1 controls are the code points U+0080..U+009F of the repaired text
 // (a raw 0x9B byte is invalid UTF-8 and becomes U+FFFD, as in a UTF-8
 // terminal).
+//
+// A control string (OSC, DCS, SOS, PM, APC) never swallows more than the
+// rest of its line: a line feed ends it, as does reaching maxControlString
+// bytes, after which its content shows as text. So an unterminated one
+// cannot hide the output that follows it.
 type sanitizer struct {
-	part  [4]byte // bytes of an incomplete UTF-8 sequence
-	partN int
-	state parser.State
-	buf   []byte // output of the current call
+	part   [4]byte // bytes of an incomplete UTF-8 sequence
+	partN  int
+	state  parser.State
+	strLen int    // bytes of the current control string so far
+	buf    []byte // output of the current call
+}
+
+// maxControlString bounds the bytes a control string may hold before it is
+// abandoned (legitimate ones, titles and hyperlinks, are far shorter).
+const maxControlString = 64 << 10
+
+// Write is the stage form of process.
+func (s *sanitizer) Write(p []byte, next func([]byte)) {
+	if b := s.process(p); len(b) > 0 {
+		next(b)
+	}
+}
+
+// Flush is the stage form of flush.
+func (s *sanitizer) Flush(next func([]byte)) {
+	if b := s.flush(); len(b) > 0 {
+		next(b)
+	}
+}
+
+// clone copies the state, less an incomplete UTF-8 sequence: a view of
+// a running stream should not show U+FFFD for a character whose last
+// bytes are still on their way.
+func (s *sanitizer) clone() stage {
+	c := *s
+	c.buf, c.partN = nil, 0
+	return &c
+}
+
+// inString reports whether state is inside a control string or the
+// parameters that open one, where a line feed is not executed but ends it.
+func inString(state parser.State) bool {
+	switch state {
+	case parser.OscStringState, parser.DcsEntryState, parser.DcsIntermediateState,
+		parser.DcsParamState, parser.DcsStringState, parser.SosStringState,
+		parser.PmStringState, parser.ApcStringState:
+		return true
+	}
+	return false
+}
+
+// countString adds n bytes to the current control string and abandons it
+// when it grows past maxControlString.
+func (s *sanitizer) countString(n int) {
+	s.strLen += n
+	if s.strLen > maxControlString {
+		s.state = parser.GroundState
+		s.strLen = 0
+	}
 }
 
 // seqInfo returns the length of the UTF-8 sequence a lead byte starts and the
@@ -143,8 +198,15 @@ func (s *sanitizer) run(p []byte) {
 				parser.PmStringState, parser.ApcStringState:
 				// String content: dropped, state unchanged.
 				if b >= 0x20 && b <= 0x7E {
-					for i++; i < len(p) && p[i] >= 0x20 && p[i] <= 0x7E; i++ {
+					// At most one byte past the cap, which abandons
+					// the string: what follows is text again.
+					end := min(len(p), i+maxControlString-s.strLen+1)
+					j := i + 1
+					for j < end && p[j] >= 0x20 && p[j] <= 0x7E {
+						j++
 					}
+					s.countString(j - i)
+					i = j
 					continue
 				}
 			}
@@ -197,14 +259,23 @@ func (s *sanitizer) validRune(raw []byte) {
 // escape state machine and keeps it only if it is visible text or one of
 // \n, \t and \r.
 func (s *sanitizer) control(b byte) {
-	if s.state == parser.OscStringState && b == '\n' {
-		// An OSC string never holds a line feed; an unterminated one must
-		// not swallow the rest of the output.
-		s.state = parser.GroundState
+	if b == '\n' && inString(s.state) {
+		// A control string never holds a line feed; an unterminated one
+		// must not swallow the rest of the output.
+		s.state, s.strLen = parser.GroundState, 0
 		s.buf = append(s.buf, '\n')
 		return
 	}
 	next, action := parser.Table.Transition(s.state, b)
+	switch {
+	case inString(s.state) && inString(next):
+		if s.countString(1); s.state == parser.GroundState {
+			// Abandoned: b is read as text again.
+			next, action = parser.Table.Transition(s.state, b)
+		}
+	case inString(next):
+		s.strLen = 0
+	}
 	switch action {
 	case parser.PrintAction:
 		s.buf = append(s.buf, b)
@@ -224,6 +295,7 @@ func (s *sanitizer) wide(raw []byte) {
 	case parser.GroundState:
 	case parser.OscStringState, parser.DcsStringState, parser.SosStringState,
 		parser.PmStringState, parser.ApcStringState:
+		s.countString(len(raw))
 		return
 	default:
 		s.state = parser.GroundState

@@ -28,8 +28,11 @@ func errResult(status, msg string) Result {
 	return Result{"status": status, "error": msg}
 }
 
-// Do answers one process tool call. key limits list to one environment
-// ("" lists all).
+// Do answers one process tool call from the environment key. list shows
+// key's processes ("" lists every key's: an operator's view, such as
+// /ps); every other action acts only on a process key started, and
+// answers not_found for any other, so one MCP session can neither see nor
+// touch another's jobs.
 func (r *Registry) Do(ctx context.Context, key string, req Request) Result {
 	action := strings.ToLower(strings.TrimSpace(req.Action))
 	if action == "list" {
@@ -45,7 +48,7 @@ func (r *Registry) Do(ctx context.Context, key string, req Request) Result {
 	if req.SessionID == "" {
 		return errResult("error", fmt.Sprintf("action %q needs a session_id (from the background start or from list)", action))
 	}
-	p, err := r.Find(req.SessionID)
+	p, err := r.Find(key, req.SessionID)
 	if err != nil {
 		return errResult("not_found", strings.TrimPrefix(err.Error(), ErrNotFound.Error()+": "))
 	}
@@ -54,7 +57,7 @@ func (r *Registry) Do(ctx context.Context, key string, req Request) Result {
 	case "poll":
 		status, code, up := p.state(r.now())
 		res := Result{"session_id": p.ID, "status": status, "pid": pidValue(p.PID), "uptime_seconds": up,
-			"output_preview": tail(p.text(), previewPoll)}
+			"output_preview": p.Output(previewPoll)}
 		if status == Exited {
 			res["exit_code"] = code
 		}
@@ -83,14 +86,10 @@ func (r *Registry) list(key string) Result {
 	items := []map[string]any{}
 	for _, p := range r.List(key) {
 		status, code, up := p.state(now)
-		cmd := p.Command
-		if rs := []rune(cmd); len(rs) > commandInList {
-			cmd = string(rs[:commandInList])
-		}
 		it := map[string]any{
-			"session_id": p.ID, "command": cmd, "cwd": p.Cwd, "pid": pidValue(p.PID),
+			"session_id": p.ID, "command": p.shown, "cwd": p.Cwd, "pid": pidValue(p.PID),
 			"started_at": p.Started.UTC().Format(time.RFC3339), "uptime_seconds": up,
-			"status": status, "output_preview": tail(p.text(), previewList),
+			"status": status, "output_preview": p.Output(previewList),
 		}
 		if status == Exited {
 			it["exit_code"] = code
@@ -101,7 +100,7 @@ func (r *Registry) list(key string) Result {
 }
 
 func (r *Registry) log(p *Proc, req Request) Result {
-	text := p.text()
+	text := p.Output(BufferChars)
 	lines := strings.Split(text, "\n")
 	if text == "" {
 		lines = nil
@@ -143,10 +142,10 @@ func (r *Registry) wait(ctx context.Context, p *Proc, req Request) Result {
 	case <-p.done:
 		_, code, up := p.state(r.now())
 		return Result{"session_id": p.ID, "status": Exited, "exit_code": code, "uptime_seconds": up,
-			"output": tail(p.text(), previewPoll)}
+			"output": p.Output(previewPoll)}
 	case <-t.C:
 		return Result{"session_id": p.ID, "status": "timeout", "process_running": true,
-			"timeout_seconds": d.Seconds(), "output_preview": tail(p.text(), previewPoll)}
+			"timeout_seconds": d.Seconds(), "output_preview": p.Output(previewPoll)}
 	case <-ctx.Done():
 		return Result{"session_id": p.ID, "status": "interrupted", "process_running": true}
 	}
@@ -159,9 +158,6 @@ func (r *Registry) kill(ctx context.Context, p *Proc) Result {
 		return Result{"session_id": p.ID, "status": "already_exited", "exit_code": code}
 	default:
 	}
-	p.mu.Lock()
-	p.killed = true
-	p.mu.Unlock()
 	if err := p.kill(ctx); err != nil {
 		return errResult("error", err.Error())
 	}

@@ -2,10 +2,16 @@
 // (`background: true`) and answers the process tool's actions: list, poll,
 // log, wait, kill, write, submit and close.
 //
-// It is event-driven: output is appended as it arrives and wait returns the
-// moment the process exits; nothing polls on a timer. A process counts as
-// exited when the process itself ends, even if a child it left behind still
-// holds its output open.
+// It is event-driven: output is cleaned (UTF-8 repair, escape stripping,
+// redaction: the foreground pipeline's stages) and kept as it arrives, and
+// wait returns the moment the process exits; nothing polls on a timer. A
+// process counts as exited when the process itself ends, even if a child it
+// left behind still holds its output open.
+//
+// A process belongs to the environment key (for MCP, the session) that
+// started it: only list may show other keys' processes, and only when
+// asked for all of them; every other action on another key's process
+// answers not_found.
 package process
 
 import (
@@ -17,7 +23,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/a55dbaac/berth/internal/randhex"
 	"github.com/a55dbaac/berth/output"
@@ -44,8 +49,8 @@ const (
 // Proc is one tracked background process.
 type Proc struct {
 	ID      string
-	Key     string // environment key
-	Command string
+	Key     string // environment key that started it, and the only one that may act on it
+	Command string // as given; list shows it redacted
 	Cwd     string
 	PID     int
 	TTY     bool
@@ -54,14 +59,15 @@ type Proc struct {
 	env  *terminal.Env
 	det  io.WriteCloser
 	kill func(ctx context.Context) error
+	out  *output.Rolling // cleaned output, the last BufferChars characters
+	// shown is the command as list shows it: secrets redacted, cut to
+	// commandInList characters.
+	shown string
 
 	mu       sync.Mutex
-	buf      []byte // raw output, at most BufferChars*4 bytes, trimmed to whole runes
-	dropped  int64  // bytes dropped from the front
 	exited   bool
 	code     int
 	ended    time.Time
-	killed   bool
 	done     chan struct{}
 	stdinEOF bool
 }
@@ -112,7 +118,7 @@ func (r *Registry) Start(ctx context.Context, env *terminal.Env, key string, req
 	// Reserve a slot before the (slow) start so concurrent starts cannot
 	// overshoot the limit; the slot becomes the process or is given back.
 	r.mu.Lock()
-	r.pruneLocked()
+	r.pruneLocked(1)
 	if len(r.procs)+r.starting >= MaxTracked {
 		r.mu.Unlock()
 		return StartError(fmt.Errorf("%d background processes are running, the most berth tracks; kill or wait for one first", MaxTracked))
@@ -140,22 +146,16 @@ func (r *Registry) Start(ctx context.Context, env *terminal.Env, key string, req
 	p := &Proc{
 		ID: newID(), Key: key, Command: req.Command, Cwd: cwd, PID: det.PID, TTY: req.PTY,
 		Started: r.now(), env: env, det: det.Proc.Stdin(), done: make(chan struct{}),
+		out: output.NewRolling(BufferChars), shown: output.FirstChars(output.RedactCommand(req.Command), commandInList),
 	}
 	pid := det.PID
 	p.kill = func(ctx context.Context) error { return sess.KillTree(ctx, pid) }
 	outDone := make(chan struct{})
 	go func() {
 		defer close(outDone)
-		b := make([]byte, 32<<10)
-		for {
-			n, err := det.Output.Read(b)
-			if n > 0 {
-				p.appendOutput(b[:n])
-			}
-			if err != nil {
-				return
-			}
-		}
+		// Cleaned on arrival; Close flushes the unfinished line.
+		io.Copy(p.out, det.Output)
+		p.out.Close()
 	}()
 	go func() {
 		waited := make(chan int, 1)
@@ -195,40 +195,9 @@ func (r *Registry) Start(ctx context.Context, env *terminal.Env, key string, req
 	return StartResult{Output: "Background process started", SessionID: p.ID, PID: pidp, ExitCode: 0}
 }
 
-func (p *Proc) appendOutput(b []byte) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.buf = append(p.buf, b...)
-	if max := BufferChars * 2; len(p.buf) > max {
-		cut := len(p.buf) - max
-		for cut < len(p.buf) && !utf8.RuneStart(p.buf[cut]) {
-			cut++
-		}
-		p.dropped += int64(cut)
-		p.buf = append(p.buf[:0], p.buf[cut:]...)
-	}
-}
-
-// text returns the cleaned output kept for the process, the last
-// BufferChars characters.
-func (p *Proc) text() string {
-	p.mu.Lock()
-	raw := string(p.buf)
-	p.mu.Unlock()
-	s := output.Process(raw)
-	if n := utf8.RuneCountInString(s); n > BufferChars {
-		s = string([]rune(s)[n-BufferChars:])
-	}
-	return s
-}
-
-func tail(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[len(r)-n:])
-}
+// Output returns the last n characters of the process's cleaned output
+// (n is capped at BufferChars).
+func (p *Proc) Output(n int) string { return p.out.Last(n) }
 
 // state returns status, exit code and uptime.
 func (p *Proc) state(now time.Time) (status string, code int, uptime float64) {
@@ -248,10 +217,16 @@ func (p *Proc) state(now time.Time) (status string, code int, uptime float64) {
 func (p *Proc) Done() <-chan struct{} { return p.done }
 
 // pruneLocked forgets processes that exited more than KeepFinished ago,
-// and the oldest finished ones when over MaxTracked.
-func (r *Registry) pruneLocked() {
+// then, while fewer than room slots are free under MaxTracked, the oldest
+// finished ones. Start asks for room 1 (the slot it needs); a read asks
+// for none, so it never costs a finished process its place.
+func (r *Registry) pruneLocked(room int) {
 	now := r.now()
-	var finished []*Proc
+	type fin struct {
+		id    string
+		ended time.Time
+	}
+	var finished []fin
 	for id, p := range r.procs {
 		p.mu.Lock()
 		ex, ended := p.exited, p.ended
@@ -261,12 +236,12 @@ func (r *Registry) pruneLocked() {
 			continue
 		}
 		if ex {
-			finished = append(finished, p)
+			finished = append(finished, fin{id, ended})
 		}
 	}
 	sort.Slice(finished, func(i, j int) bool { return finished[i].ended.Before(finished[j].ended) })
-	for len(r.procs)+r.starting >= MaxTracked && len(finished) > 0 {
-		delete(r.procs, finished[0].ID)
+	for len(r.procs)+r.starting+room > MaxTracked && len(finished) > 0 {
+		delete(r.procs, finished[0].id)
 		finished = finished[1:]
 	}
 }
@@ -293,14 +268,16 @@ func (r *Registry) Running(key string) int {
 // ErrNotFound is returned by Find for unknown or ambiguous ids.
 var ErrNotFound = errors.New("process: not found")
 
-// Find resolves a session id: the full id, or a unique prefix of at least
-// 4 hex characters, with or without "proc_".
-func (r *Registry) Find(id string) (*Proc, error) {
+// Find resolves a session id among the processes of key: the full id, or
+// a prefix of at least 4 hex characters unique among them, with or
+// without "proc_". Another key's process is not found, as if it did not
+// exist.
+func (r *Registry) Find(key, id string) (*Proc, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pruneLocked()
+	r.pruneLocked(0)
 	want := strings.TrimPrefix(strings.TrimSpace(id), "proc_")
-	if p, ok := r.procs["proc_"+want]; ok {
+	if p, ok := r.procs["proc_"+want]; ok && p.Key == key {
 		return p, nil
 	}
 	if len(want) < 4 {
@@ -308,7 +285,7 @@ func (r *Registry) Find(id string) (*Proc, error) {
 	}
 	var match *Proc
 	for pid, p := range r.procs {
-		if strings.HasPrefix(strings.TrimPrefix(pid, "proc_"), want) {
+		if p.Key == key && strings.HasPrefix(strings.TrimPrefix(pid, "proc_"), want) {
 			if match != nil {
 				return nil, fmt.Errorf("%w: ID prefix %q matches several processes; give more characters", ErrNotFound, id)
 			}
@@ -326,7 +303,7 @@ func (r *Registry) Find(id string) (*Proc, error) {
 func (r *Registry) List(key string) []*Proc {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pruneLocked()
+	r.pruneLocked(0)
 	var ps []*Proc
 	for _, p := range r.procs {
 		if key == "" || p.Key == key {
@@ -350,9 +327,6 @@ func (r *Registry) KillAll(ctx context.Context, key string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.mu.Lock()
-			p.killed = true
-			p.mu.Unlock()
 			p.kill(ctx)
 		}()
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backend/local"
+	"github.com/a55dbaac/berth/output"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -78,13 +79,13 @@ func TestFindByPrefix(t *testing.T) {
 		"abcde":             "proc_abcdef123456",
 		"proc_abcd0":        "proc_abcd00000000",
 	} {
-		p, err := r.Find(id)
+		p, err := r.Find("", id)
 		if err != nil || p.ID != want {
 			t.Errorf("Find(%q) = %v, %v; want %s", id, p, err, want)
 		}
 	}
 	for _, bad := range []string{"abcd", "abc", "ffff", ""} {
-		if _, err := r.Find(bad); err == nil {
+		if _, err := r.Find("", bad); err == nil {
 			t.Errorf("Find(%q) resolved; want not found (ambiguous, short or unknown)", bad)
 		}
 	}
@@ -118,5 +119,20 @@ func TestTrackedLimitHoldsUnderConcurrentStarts(t *testing.T) {
 	}
 	if started != 2 || len(r.procs) != MaxTracked {
 		t.Fatalf("%d of 5 concurrent starts succeeded, %d tracked; want 2 and %d", started, len(r.procs), MaxTracked)
+	}
+}
+
+// BenchmarkReadAfter400KB measures a poll of a process that has printed
+// 400 KB: the cost of reading the kept output, which is already cleaned.
+func BenchmarkReadAfter400KB(b *testing.B) {
+	p := &Proc{out: output.NewRolling(BufferChars)}
+	line := "\x1b[32mok\x1b[0m step " + strings.Repeat("x", 60) + "\n"
+	chunk := []byte(strings.Repeat(line, 32<<10/len(line)))
+	for n := 0; n < 400<<10; n += len(chunk) {
+		p.out.Write(chunk)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = p.Output(previewPoll)
 	}
 }
