@@ -209,6 +209,9 @@ func (m *Manager) Background(ctx context.Context, key string, req terminal.Reque
 // Process answers a process tool call; list shows the processes of key
 // ("" for every key).
 func (m *Manager) Process(ctx context.Context, key string, req process.Request) process.Result {
+	if key == "" && req.Action != "list" {
+		key = DefaultKey // where Background put it
+	}
 	return m.procs.Do(ctx, key, req)
 }
 

@@ -100,13 +100,16 @@ type StartResult struct {
 	PID       *int    `json:"pid"`
 	ExitCode  int     `json:"exit_code"`
 	Error     *string `json:"error"`
+	// Err is the Go error behind Error (errors.Is/As for Go callers); it
+	// is not part of the JSON contract.
+	Err error `json:"-"`
 }
 
 // StartError is the answer to a background request that could not start:
 // the error's text in "error", exit code -1, no session id.
 func StartError(err error) StartResult {
 	msg := err.Error()
-	return StartResult{ExitCode: -1, Error: &msg}
+	return StartResult{ExitCode: -1, Error: &msg, Err: err}
 }
 
 // Start runs req.Command in the background in env (the environment of
