@@ -113,6 +113,16 @@ EOF`, floor, "rm-system-dir"},
 	{`su -c 'rm -rf /' root`, floor, "rm-system-dir"},
 	{`watch -n 5 rm -rf /`, floor, "rm-system-dir"},
 	{`trap 'rm -rf /' EXIT`, floor, "rm-system-dir"},
+	{`bash -c 'rm -rf "$1"' _ /`, floor, "rm-system-dir"},
+	{`sh -c 'rm -rf "$@"' x /tmp/a /usr`, floor, "rm-system-dir"},
+	{`printf 'rm -rf /\n' | sh`, floor, "rm-system-dir"},
+	{`rm -rf /h""ome`, floor, "rm-system-dir"},
+	{`cd ~/proj && rm -rf ../*`, floor, "rm-system-dir"},
+	{`fish -c "rm -rf /"`, floor, "rm-system-dir"},
+	{`rm -rf $(echo /)`, floor, "rm-system-dir"},
+	{`sudo -s rm -rf /`, floor, "rm-system-dir"},
+	{`yes > /dev/sda`, floor, "disk-write"},
+	{`echo hi | sudo dd of=/dev/nvme0n1`, floor, "disk-write"},
 	{`mv /usr /tmp/old-usr`, floor, "mv-system-dir"},
 	{`chmod -R 777 /`, floor, "chmod-system-dir"},
 	{`chown -R nobody /etc`, floor, "chmod-system-dir"},
@@ -184,6 +194,11 @@ EOF`, floor, "rm-system-dir"},
 	{`sudo mv app.service /etc/systemd/system/app.service`, ask, "write-etc"},
 	{`sudo install -m 644 x.conf /etc/x.conf`, ask, "write-etc"},
 	{`sudo sed -i 's/a/b/' /etc/ssh/sshd_config`, ask, "write-etc"},
+	{`perl -pi -e 's/a/b/' /etc/hosts`, ask, "write-etc"},
+	{`cat > /etc/cron.d/job <<EOF
+* * * * * root id
+EOF`, ask, "write-etc"},
+	{`: > .env`, ask, "write-dotenv"},
 	{`cd /etc && echo x > motd`, ask, "write-etc"},
 	{`sudo systemctl stop nginx`, ask, "systemctl-stop"},
 	{`systemctl disable --now sshd`, ask, "systemctl-stop"},
@@ -375,4 +390,47 @@ func describe(fs []Finding) string {
 		parts = append(parts, f.Rule.ID+" on "+strings.TrimSpace(f.Command)+" ("+f.Detail+")")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// FuzzCheck: any input terminates without panicking, and a command that
+// contains a floor command after a separator is still blocked.
+func FuzzCheck(f *testing.F) {
+	for _, tc := range checkCases {
+		f.Add(tc.cmd)
+	}
+	f.Add(`$'\x` + "\x00")
+	f.Add(`kill -s`)
+	f.Add(`dd of=`)
+	f.Add(`sed -e`)
+	f.Add("curl -o")
+	f.Add("bash -o")
+	f.Fuzz(func(t *testing.T, cmd string) {
+		p := DefaultPolicy()
+		p.Check(cmd, testCtx)
+		p.CheckWrite(cmd, testCtx)
+		if strings.ContainsAny(cmd, "`\\'\"$()<>{}#") || strings.Contains(cmd, "<<") {
+			return // the suffix could land inside a quote, comment or heredoc
+		}
+		v := p.Check(cmd+"\nrm -rf /", testCtx)
+		if v.Action != Block {
+			t.Errorf("%q followed by rm -rf /: %s", cmd, v.Action)
+		}
+	})
+}
+
+func BenchmarkCheck(b *testing.B) {
+	p := DefaultPolicy()
+	cmds := []string{
+		"ls -la",
+		"cd /home/dev/proj && npm ci && npm run build 2>&1 | tail -n 50",
+		`bash -c "cd $DIR && git push --force origin main"`,
+		`for f in *.log; do gzip "$f"; done; find . -name '*.tmp' -delete`,
+	}
+	for _, c := range cmds {
+		b.Run(strings.Fields(c)[0], func(b *testing.B) {
+			for b.Loop() {
+				p.Check(c, testCtx)
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package approval
 
 import (
 	"path"
+	"strconv"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -351,6 +352,9 @@ func (s *scanner) program(name string, args []arg, io ioInfo, seg, redir string)
 		s.shell(args, io, seg)
 		return
 	}
+	if name == "perl" {
+		s.perlInPlace(args, seg)
+	}
 	if isInterpreter(name) {
 		s.interpreter(name, args, io, seg)
 		return
@@ -506,18 +510,21 @@ func (s *scanner) program(name string, args []arg, io ioInfo, seg, redir string)
 		s.git(args, seg)
 	case "psql", "mysql", "mariadb", "sqlite3":
 		s.sql(name, args, io, seg)
-	case "perl":
-		o := parseOpts(args, "eEIMmlx", nil, true)
-		if o.has('i') {
-			files := o.operands
-			if !o.has('e') && !o.has('E') && len(files) > 0 {
-				files = files[1:]
-			}
-			for _, f := range files {
-				s.writeTarget(f, seg)
-			}
-		}
-		s.interpreter(name, args, io, seg)
+	}
+}
+
+// perlInPlace checks perl -i: the files it edits are writes.
+func (s *scanner) perlInPlace(args []arg, seg string) {
+	o := parseOpts(args, "eEIMmlx", nil, true)
+	if !o.has('i') {
+		return
+	}
+	files := o.operands
+	if !o.has('e') && !o.has('E') && len(files) > 0 {
+		files = files[1:]
+	}
+	for _, f := range files {
+		s.writeTarget(f, seg)
 	}
 }
 
@@ -723,7 +730,9 @@ loop:
 	switch {
 	case cflag:
 		if len(operands) > 0 {
+			restore := s.positional(operands[1:])
 			s.scriptArg(operands[0], seg)
+			restore()
 		}
 	case len(operands) > 0 && !sflag:
 		if s.fetches(operands[0].node) {
@@ -731,6 +740,52 @@ loop:
 		}
 	default:
 		s.stdinCode(io, seg, true)
+	}
+}
+
+// positional sets $0, $1 ... $@ for the text of sh -c TEXT NAME ARGS...,
+// and returns a function that restores the previous values.
+func (s *scanner) positional(args []arg) func() {
+	names := []string{"@", "*", "#"}
+	for i := range 10 {
+		names = append(names, strconv.Itoa(i))
+	}
+	saved := map[string]*cands{}
+	for _, n := range names {
+		if c, ok := s.vars[n]; ok {
+			saved[n] = &c
+		} else {
+			saved[n] = nil
+		}
+		delete(s.vars, n)
+	}
+	var all cands
+	for i, a := range args {
+		c := cands{vals: a.vals, dyn: a.dyn}
+		if i < 10 {
+			s.vars[strconv.Itoa(i)] = c
+		}
+		if i > 0 {
+			all = union(all, c)
+		}
+	}
+	if len(args) > 1 {
+		s.vars["@"], s.vars["*"] = all, all
+	} else {
+		s.vars["@"], s.vars["*"] = one(""), one("")
+	}
+	for i := len(args); i < 10; i++ {
+		s.vars[strconv.Itoa(i)] = one("")
+	}
+	s.vars["#"] = one(strconv.Itoa(max(len(args)-1, 0)))
+	return func() {
+		for n, c := range saved {
+			if c == nil {
+				delete(s.vars, n)
+			} else {
+				s.vars[n] = *c
+			}
+		}
 	}
 }
 

@@ -200,6 +200,16 @@ func TestPromptAsker(t *testing.T) {
 	if !strings.Contains(out.String(), "git push --force") || !strings.Contains(out.String(), "[o]nce") {
 		t.Errorf("prompt output:\n%s", out.String())
 	}
+	// Sharing the caller's line channel.
+	lines := make(chan string, 1)
+	lines <- "session"
+	if got, err := NewLinePromptAsker(lines, io.Discard).Ask(context.Background(), q); err != nil || got != AnswerSession {
+		t.Errorf("line asker: %q, %v", got, err)
+	}
+	close(lines)
+	if _, err := NewLinePromptAsker(lines, io.Discard).Ask(context.Background(), q); !errors.Is(err, ErrCannotAsk) {
+		t.Errorf("closed input: %v", err)
+	}
 }
 
 type lockedWriter struct {

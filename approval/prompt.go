@@ -18,24 +18,36 @@ type PromptAsker struct {
 
 	once  sync.Once
 	in    io.Reader
-	lines chan string
+	lines <-chan string
 	mu    sync.Mutex // one question at a time
 }
 
-// NewPromptAsker returns an Asker that prompts on out and reads from in.
+// NewPromptAsker returns an Asker that prompts on out and reads lines from
+// in (with one reader goroutine of its own, started on the first question).
 func NewPromptAsker(in io.Reader, out io.Writer) *PromptAsker {
 	return &PromptAsker{in: in, out: out}
+}
+
+// NewLinePromptAsker returns an Asker that prompts on out and takes the
+// answer from lines: for a program that already reads its input as lines
+// (the interactive shell), so that the two never compete for a line.
+func NewLinePromptAsker(lines <-chan string, out io.Writer) *PromptAsker {
+	return &PromptAsker{lines: lines, out: out}
 }
 
 // start runs the one reader of in: lines go to a channel, so that a
 // question that times out leaves no reader behind competing for the next.
 func (p *PromptAsker) start() {
-	p.lines = make(chan string)
+	if p.lines != nil {
+		return
+	}
+	lines := make(chan string)
+	p.lines = lines
 	go func() {
-		defer close(p.lines)
+		defer close(lines)
 		sc := bufio.NewScanner(p.in)
 		for sc.Scan() {
-			p.lines <- sc.Text()
+			lines <- sc.Text()
 		}
 	}()
 }
