@@ -434,3 +434,22 @@ func BenchmarkCheck(b *testing.B) {
 		})
 	}
 }
+
+// Inputs built to blow up a checker (deep nesting, values that double,
+// brace products, long chains) still get a verdict, and the floor still
+// holds after them.
+func TestHostileInputs(t *testing.T) {
+	p := DefaultPolicy()
+	for name, cmd := range map[string]string{
+		"nested substitutions": "echo " + strings.Repeat("$(", 2000) + strings.Repeat(")", 2000),
+		"doubling variable":    "X=a; " + strings.Repeat("X=$X$X; ", 60) + "true",
+		"brace product":        "echo " + strings.Repeat("{a,b,c}", 40),
+		"nested shells":        strings.Repeat(`bash -c "`, 1) + strings.Repeat(`eval `, 200) + `ls"`,
+		"long chain":           strings.Repeat("echo a && ", 5000) + "ls",
+	} {
+		v := p.Check(cmd+"; rm -rf /", testCtx)
+		if v.Action != Block || v.By != ByFloor {
+			t.Errorf("%s followed by rm -rf /: %s by %q", name, v.Action, v.By)
+		}
+	}
+}

@@ -34,7 +34,7 @@ func last(v []arg) (arg, bool) {
 // suffix returns the part of a after its first n bytes (e.g. the value of
 // --opt=value).
 func suffix(a arg, n int) arg {
-	out := arg{dyn: a.dyn, src: a.src, node: a.node}
+	out := arg{dyn: a.dyn, src: a.src, node: a.node, text: a.text}
 	for _, v := range a.vals {
 		if len(v) >= n {
 			out.vals = append(out.vals, v[n:])
@@ -286,7 +286,7 @@ func joinArgs(as []arg) arg {
 			out = cross(out, one(" "))
 		}
 		out = cross(out, cands{vals: a.vals, dyn: a.dyn})
-		src = append(src, a.src)
+		src = append(src, a.source())
 		dyn = dyn || a.dyn
 	}
 	j := arg{vals: out.vals, dyn: out.dyn || dyn, src: strings.Join(src, " ")}
@@ -315,7 +315,7 @@ func (s *scanner) command(argv []arg, io ioInfo, redir string) {
 	s.record(seg)
 	p := argv[0]
 	if p.dyn {
-		s.add("dynamic-command", seg, p.src)
+		s.add("dynamic-command", seg, p.source())
 	}
 	done := map[string]bool{}
 	for _, n := range p.vals {
@@ -379,7 +379,7 @@ func (s *scanner) program(name string, args []arg, io ioInfo, seg, redir string)
 	case "alias":
 		for _, a := range args {
 			if _, val, ok := strings.Cut(a.first(), "="); ok {
-				s.scriptArg(arg{vals: []string{val}, dyn: a.dyn, src: a.src}, seg)
+				s.scriptArg(arg{vals: []string{val}, dyn: a.dyn, src: a.source()}, seg)
 			}
 		}
 	case "trap":
@@ -594,7 +594,7 @@ func (s *scanner) scriptArg(a arg, seg string) {
 	if a.dyn && a.node != nil {
 		s.dynamicProgram(a, seg)
 	} else if a.dyn {
-		s.add("dynamic-command", seg, a.src)
+		s.add("dynamic-command", seg, a.source())
 	}
 }
 
@@ -608,12 +608,12 @@ func (s *scanner) dynamicProgram(a arg, seg string) {
 	marked := markUnknown(a.node.Parts)
 	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(marked), "")
 	if err != nil {
-		s.add("dynamic-command", seg, a.src)
+		s.add("dynamic-command", seg, a.source())
 		return
 	}
 	syntax.Walk(f, func(n syntax.Node) bool {
 		if c, ok := n.(*syntax.CallExpr); ok && len(c.Args) > 0 && strings.Contains(printWord(c.Args[0]), dynMark) {
-			s.add("dynamic-command", seg, a.src)
+			s.add("dynamic-command", seg, a.source())
 		}
 		return true
 	})

@@ -16,6 +16,7 @@ const (
 	maxDepth    = 6     // nested sh -c / eval / heredoc-to-shell levels
 	maxCands    = 32    // candidate values of one word
 	maxCommands = 20000 // simple commands examined per check
+	maxValueLen = 8192  // bytes of one candidate value
 )
 
 // Finding is one rule that matched one simple command.
@@ -37,8 +38,9 @@ type Finding struct {
 type arg struct {
 	vals []string     // candidate values; unknown parts substituted
 	dyn  bool         // some part is only known at run time
-	src  string       // the word as written (for display)
+	src  string       // the word as written (for display), if already known
 	node *syntax.Word // nil for words the fallback lexer made
+	text string       // the source node was parsed from
 }
 
 // lit returns the word's value when it is fully known.
@@ -63,7 +65,21 @@ func (a arg) show() string {
 	if v, ok := a.lit(); ok {
 		return v
 	}
-	return a.src
+	return a.source()
+}
+
+// source returns the word as written (printed from the syntax tree only
+// when asked for: printing every word of a deeply nested command would be
+// quadratic).
+func (a arg) source() string {
+	if a.src != "" || a.node == nil {
+		return a.src
+	}
+	from, to := int(a.node.Pos().Offset()), int(a.node.End().Offset())
+	if from >= 0 && from <= to && to <= len(a.text) {
+		return a.text[from:to]
+	}
+	return printWord(a.node)
 }
 
 // litArg makes a known word.
@@ -89,17 +105,19 @@ type ioInfo struct {
 
 // scanner walks one command and collects findings.
 type scanner struct {
-	ctx      Context
-	cwd      string
-	vars     map[string]cands
-	upstream map[*syntax.Stmt][]*syntax.Stmt
-	findings []Finding
-	seen     map[string]bool
-	segments []string
-	segSeen  map[string]bool
-	depth    int
-	steps    int
-	stopped  bool
+	ctx        Context
+	cwd        string
+	vars       map[string]cands
+	upstream   map[*syntax.Stmt][]*syntax.Stmt
+	findings   []Finding
+	seen       map[string]bool
+	segments   []string
+	segSeen    map[string]bool
+	depth      int
+	steps      int
+	substDepth int    // nested $(...) being resolved
+	text       string // the source being walked
+	stopped    bool
 }
 
 // scan checks command and returns its findings and every simple command
@@ -160,7 +178,10 @@ func (s *scanner) script(text, display string) {
 		return
 	}
 	s.depth++
+	prev := s.text
+	s.text = text
 	s.walk(f)
+	s.text = prev
 	s.depth--
 }
 
@@ -382,7 +403,6 @@ func (s *scanner) words(ws []*syntax.Word) []arg {
 
 // wordExpanded resolves a word, brace expansion making several.
 func (s *scanner) wordExpanded(w *syntax.Word) []arg {
-	src := printWord(w)
 	cp := &syntax.Word{Parts: append([]syntax.WordPart(nil), w.Parts...)}
 	if !syntax.SplitBraces(cp) {
 		a := s.word(w)
@@ -394,7 +414,7 @@ func (s *scanner) wordExpanded(w *syntax.Word) []arg {
 			break
 		}
 		c := s.parts(bw.Parts, false)
-		out = append(out, arg{vals: c.vals, dyn: c.dyn, src: src, node: w})
+		out = append(out, arg{vals: c.vals, dyn: c.dyn, node: w, text: s.text})
 	}
 	return out
 }
@@ -402,7 +422,7 @@ func (s *scanner) wordExpanded(w *syntax.Word) []arg {
 // word resolves one word without brace expansion.
 func (s *scanner) word(w *syntax.Word) arg {
 	c := s.wordCands(w)
-	return arg{vals: c.vals, dyn: c.dyn, src: printWord(w), node: w}
+	return arg{vals: c.vals, dyn: c.dyn, node: w, text: s.text}
 }
 
 func (s *scanner) wordCands(w *syntax.Word) cands {
@@ -429,6 +449,17 @@ func cross(a, b cands) cands {
 			if len(out.vals) >= maxCands {
 				out.dyn = true
 				return out
+			}
+			if len(x)+len(y) > maxValueLen {
+				// A value this long is no path berth could name; keep a
+				// bounded prefix so doubling assignments stay cheap.
+				out.dyn = true
+				if len(x) >= maxValueLen {
+					out.vals = append(out.vals, x[:maxValueLen])
+				} else {
+					out.vals = append(out.vals, x+y[:maxValueLen-len(x)])
+				}
+				continue
 			}
 			out.vals = append(out.vals, x+y)
 		}
@@ -579,11 +610,18 @@ func contains(vs []string, v string) bool {
 // before they run: echo and printf of literal text, which/command -v/type
 // -P of a name, pwd. Anything else is unknown and may be empty.
 func (s *scanner) cmdSubst(cs *syntax.CmdSubst) cands {
-	if len(cs.Stmts) != 1 {
+	if len(cs.Stmts) != 1 || s.substDepth >= 4 {
 		return unknown
 	}
+	s.substDepth++
+	defer func() { s.substDepth-- }()
 	call, ok := cs.Stmts[0].Cmd.(*syntax.CallExpr)
 	if !ok || len(call.Args) == 0 || len(cs.Stmts[0].Redirs) > 0 {
+		return unknown
+	}
+	switch prog, _ := s.word(call.Args[0]).lit(); path.Base(prog) {
+	case "echo", "printf", "which", "command", "type", "pwd":
+	default:
 		return unknown
 	}
 	argv := s.words(call.Args)
