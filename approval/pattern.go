@@ -1,0 +1,161 @@
+package approval
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Pattern is one entry of approvals.deny or command_allowlist.
+//
+// Two forms:
+//
+//   - "rule:ID" matches every finding of the rule ID (see Rules), e.g.
+//     "rule:git-push-force" or "rule:rm-recursive".
+//   - anything else is a glob matched against each normalized simple
+//     command (see Finding.Command): wrappers (sudo, env, nice ...)
+//     removed, the program by its base name, quotes resolved, words joined
+//     by one space, output redirections appended. '*' matches any run of
+//     characters (spaces and slashes included), '?' one character,
+//     "[abc]", "[a-z]" and "[!abc]" one character of a class, and '\'
+//     makes the next character literal. Whitespace runs in the pattern
+//     count as one space; the match is on the whole command, case-sensitive.
+//     File-tool writes are matched as "write_file <absolute path>".
+//
+// Examples: "git push --force*", "rm -rf /srv/cache/*", "* > /etc/hosts",
+// "write_file */.env", "curl * | sh" (a deny pattern is also matched
+// against the whole command line).
+type Pattern struct {
+	raw  string
+	rule string
+	re   *regexp.Regexp
+}
+
+// String returns the pattern as written.
+func (p Pattern) String() string { return p.raw }
+
+// ParsePattern parses one pattern; a malformed one is an error that names it
+// and says what is wrong.
+func ParsePattern(s string) (Pattern, error) {
+	norm := strings.Join(strings.Fields(s), " ")
+	if norm == "" {
+		return Pattern{}, fmt.Errorf("pattern %q is empty: give a glob such as \"git push --force*\" or a rule such as \"rule:git-push-force\"", s)
+	}
+	if id, ok := strings.CutPrefix(norm, "rule:"); ok {
+		id = strings.TrimSpace(id)
+		if _, known := ruleByID[id]; !known {
+			return Pattern{}, fmt.Errorf("pattern %q: no rule %q (rules: %s)", s, id, strings.Join(ruleIDs(), ", "))
+		}
+		return Pattern{raw: s, rule: id}, nil
+	}
+	re, err := globRegexp(norm)
+	if err != nil {
+		return Pattern{}, fmt.Errorf("pattern %q: %v", s, err)
+	}
+	return Pattern{raw: s, re: re}, nil
+}
+
+// globRegexp translates a glob into an anchored regular expression.
+func globRegexp(g string) (*regexp.Regexp, error) {
+	var b strings.Builder
+	b.WriteString(`(?s)^`)
+	for i := 0; i < len(g); i++ {
+		c := g[i]
+		switch c {
+		case '*':
+			b.WriteString(`.*`)
+		case '?':
+			b.WriteString(`.`)
+		case '\\':
+			if i+1 >= len(g) {
+				return nil, fmt.Errorf(`ends with a lone '\' (write '\\' for a backslash)`)
+			}
+			i++
+			b.WriteString(regexp.QuoteMeta(g[i : i+1]))
+		case '[':
+			j := i + 1
+			neg := false
+			if j < len(g) && (g[j] == '!' || g[j] == '^') {
+				neg = true
+				j++
+			}
+			start := j
+			if j < len(g) && g[j] == ']' {
+				j++
+			}
+			for j < len(g) && g[j] != ']' {
+				j++
+			}
+			if j >= len(g) {
+				return nil, fmt.Errorf("'[' at offset %d is never closed (write '\\[' for a literal bracket)", i)
+			}
+			body := g[start:j]
+			b.WriteByte('[')
+			if neg {
+				b.WriteByte('^')
+			}
+			for k := 0; k < len(body); k++ {
+				ch := body[k]
+				switch {
+				case ch == '-' && k > 0 && k < len(body)-1:
+					b.WriteByte('-')
+				case strings.IndexByte(`\]^-[`, ch) >= 0:
+					b.WriteByte('\\')
+					b.WriteByte(ch)
+				default:
+					b.WriteByte(ch)
+				}
+			}
+			b.WriteByte(']')
+			i = j
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString(`$`)
+	return regexp.Compile(b.String())
+}
+
+// EscapeGlob returns a pattern that matches s literally.
+func EscapeGlob(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// matchText reports whether the pattern (a glob) matches a command text.
+func (p Pattern) matchText(text string) bool {
+	if p.re == nil {
+		return false
+	}
+	return p.re.MatchString(strings.Join(strings.Fields(text), " "))
+}
+
+// matchFinding reports whether the pattern covers a finding.
+func (p Pattern) matchFinding(f Finding) bool {
+	if p.rule != "" {
+		return p.rule == f.Rule.ID
+	}
+	return p.matchText(f.Command)
+}
+
+// parsePatterns parses a list, naming the config key in errors.
+func parsePatterns(key string, list []string) ([]Pattern, []error) {
+	var out []Pattern
+	var errs []error
+	for i, s := range list {
+		p, err := ParsePattern(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s[%d]: %w", key, i, err))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, errs
+}

@@ -1,0 +1,823 @@
+package approval
+
+import (
+	"bytes"
+	"path"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"mvdan.cc/sh/v3/expand"
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// Limits that keep a hostile command from making the checker slow.
+const (
+	maxDepth    = 6     // nested sh -c / eval / heredoc-to-shell levels
+	maxCands    = 32    // candidate values of one word
+	maxCommands = 20000 // simple commands examined per check
+	maxValueLen = 8192  // bytes of one candidate value
+)
+
+// Finding is one rule that matched one simple command.
+type Finding struct {
+	// Rule is the rule that matched.
+	Rule Rule
+	// Command is the simple command it matched, normalized: wrappers such as
+	// sudo or env removed, the program by its base name, quotes resolved,
+	// words joined by single spaces, output redirections appended
+	// ("git push --force", "tee -a /etc/hosts", "echo x > /etc/motd").
+	// File-tool writes read "write_file <path>".
+	Command string
+	// Detail names what made it match, e.g. the path "/usr".
+	Detail string
+}
+
+// arg is one shell word after expansion as far as it can be done before
+// the command runs.
+type arg struct {
+	vals []string     // candidate values; unknown parts substituted
+	dyn  bool         // some part is only known at run time
+	src  string       // the word as written (for display), if already known
+	node *syntax.Word // nil for words the fallback lexer made
+	text string       // the source node was parsed from
+}
+
+// lit returns the word's value when it is fully known.
+func (a arg) lit() (string, bool) {
+	if !a.dyn && len(a.vals) == 1 {
+		return a.vals[0], true
+	}
+	return "", false
+}
+
+// first returns the first candidate value.
+func (a arg) first() string {
+	if len(a.vals) == 0 {
+		return ""
+	}
+	return a.vals[0]
+}
+
+// show returns the word for a normalized command: its value when known,
+// else its source.
+func (a arg) show() string {
+	if v, ok := a.lit(); ok {
+		return v
+	}
+	return a.source()
+}
+
+// source returns the word as written (printed from the syntax tree only
+// when asked for: printing every word of a deeply nested command would be
+// quadratic).
+func (a arg) source() string {
+	if a.src != "" || a.node == nil {
+		return a.src
+	}
+	from, to := int(a.node.Pos().Offset()), int(a.node.End().Offset())
+	if from >= 0 && from <= to && to <= len(a.text) {
+		return a.text[from:to]
+	}
+	return printWord(a.node)
+}
+
+// litArg makes a known word.
+func litArg(v string) arg { return arg{vals: []string{v}, src: v} }
+
+// cands is a set of candidate values.
+type cands struct {
+	vals []string
+	dyn  bool
+}
+
+func one(v string) cands { return cands{vals: []string{v}} }
+
+var unknown = cands{vals: []string{""}, dyn: true}
+
+// ioInfo is what a simple command reads on stdin and how it was started.
+type ioInfo struct {
+	up        []*syntax.Stmt // earlier stages of its pipeline
+	stdinText *string        // heredoc or here-string body
+	stdinFile bool           // stdin redirected from a file
+	xargs     bool           // run by xargs or find -exec: more arguments arrive at run time
+}
+
+// scanner walks one command and collects findings.
+type scanner struct {
+	ctx        Context
+	cwd        string
+	vars       map[string]cands
+	upstream   map[*syntax.Stmt][]*syntax.Stmt
+	findings   []Finding
+	seen       map[string]bool
+	segments   []string
+	segSeen    map[string]bool
+	depth      int
+	steps      int
+	substDepth int    // nested $(...) being resolved
+	text       string // the source being walked
+	stopped    bool
+}
+
+// scan checks command and returns its findings and every simple command
+// it contains (normalized).
+func scan(command string, c Context) *scanner {
+	s := newScanner(c)
+	s.script(command, command)
+	return s
+}
+
+func newScanner(c Context) *scanner {
+	s := &scanner{
+		ctx: c, vars: map[string]cands{}, upstream: map[*syntax.Stmt][]*syntax.Stmt{},
+		seen: map[string]bool{}, segSeen: map[string]bool{},
+	}
+	if c.Cwd != "" && (path.IsAbs(c.Cwd) || c.Cwd == "~" || strings.HasPrefix(c.Cwd, "~/")) {
+		s.cwd = c.Cwd
+		if c.Home != "" && (s.cwd == "~" || strings.HasPrefix(s.cwd, "~/")) {
+			s.cwd = c.Home + s.cwd[1:]
+		}
+		s.cwd = path.Clean(s.cwd)
+	}
+	return s
+}
+
+// add records a finding once.
+func (s *scanner) add(id, seg, detail string) {
+	key := id + "\x00" + seg + "\x00" + detail
+	if s.seen[key] {
+		return
+	}
+	s.seen[key] = true
+	s.findings = append(s.findings, Finding{Rule: mustRule(id), Command: seg, Detail: detail})
+}
+
+// record notes a normalized simple command.
+func (s *scanner) record(seg string) {
+	if seg != "" && !s.segSeen[seg] {
+		s.segSeen[seg] = true
+		s.segments = append(s.segments, seg)
+	}
+}
+
+// script parses text as a shell script and walks it; display is what a
+// finding about the text itself shows.
+func (s *scanner) script(text, display string) {
+	if s.stopped {
+		return
+	}
+	if s.depth > maxDepth {
+		s.add("too-deep", clip(display), "")
+		return
+	}
+	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(text), "")
+	if err != nil {
+		s.add("unparsed", clip(display), err.Error())
+		s.fallback(text)
+		return
+	}
+	s.depth++
+	prev := s.text
+	s.text = text
+	s.walk(f)
+	s.text = prev
+	s.depth--
+}
+
+// clip shortens text for a finding.
+func clip(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 300 {
+		cut := 300
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+// frame is a node on the walk's stack and the cwd to restore after it.
+type frame struct {
+	scope bool
+	cwd   string
+}
+
+// walk visits every node of f in source order.
+func (s *scanner) walk(f *syntax.File) {
+	var stack []frame
+	syntax.Walk(f, func(n syntax.Node) bool {
+		if n == nil {
+			top := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if top.scope {
+				s.cwd = top.cwd
+			}
+			return true
+		}
+		fr := frame{}
+		switch n := n.(type) {
+		case *syntax.Subshell, *syntax.CmdSubst, *syntax.ProcSubst:
+			fr = frame{scope: true, cwd: s.cwd}
+		case *syntax.Stmt:
+			s.stmt(n)
+		case *syntax.BinaryCmd:
+			if n.Op == syntax.Pipe || n.Op == syntax.PipeAll {
+				stages := flattenPipe(n)
+				for i, st := range stages {
+					if _, ok := s.upstream[st]; !ok {
+						s.upstream[st] = stages[:i]
+					}
+				}
+			}
+		case *syntax.FuncDecl:
+			s.funcDecl(n)
+		case *syntax.ForClause:
+			if wi, ok := n.Loop.(*syntax.WordIter); ok && wi.Name != nil {
+				var c cands
+				for _, a := range s.words(wi.Items) {
+					c.vals = append(c.vals, a.vals...)
+					c.dyn = c.dyn || a.dyn
+				}
+				if len(wi.Items) == 0 {
+					c = unknown
+				}
+				s.vars[wi.Name.Value] = capCands(c)
+			}
+		case *syntax.DeclClause:
+			for _, as := range n.Args {
+				s.assign(as)
+			}
+		}
+		stack = append(stack, fr)
+		return true
+	})
+}
+
+// flattenPipe returns the stages of a pipeline in order.
+func flattenPipe(b *syntax.BinaryCmd) []*syntax.Stmt {
+	var out []*syntax.Stmt
+	var add func(st *syntax.Stmt)
+	add = func(st *syntax.Stmt) {
+		if bc, ok := st.Cmd.(*syntax.BinaryCmd); ok && (bc.Op == syntax.Pipe || bc.Op == syntax.PipeAll) && len(st.Redirs) == 0 && !st.Background {
+			add(bc.X)
+			add(bc.Y)
+			return
+		}
+		out = append(out, st)
+	}
+	add(b.X)
+	add(b.Y)
+	return out
+}
+
+// assign records a variable assignment.
+func (s *scanner) assign(as *syntax.Assign) {
+	if as == nil || as.Name == nil {
+		return
+	}
+	name := as.Name.Value
+	switch {
+	case as.Naked:
+		return
+	case as.Array != nil || as.Index != nil:
+		s.vars[name] = unknown
+	case as.Value == nil:
+		s.vars[name] = one("")
+	default:
+		c := s.wordCands(as.Value)
+		if as.Append {
+			prev, ok := s.vars[name]
+			if !ok {
+				prev = unknown
+			}
+			c = cross(prev, c)
+		}
+		s.vars[name] = c
+	}
+}
+
+// stmt checks one statement: its redirections, and its simple command.
+func (s *scanner) stmt(st *syntax.Stmt) {
+	if s.stopped {
+		return
+	}
+	io := ioInfo{up: s.upstream[st]}
+	var redirText []string
+	var writes []arg
+	for _, r := range st.Redirs {
+		switch r.Op {
+		case syntax.RdrOut, syntax.AppOut, syntax.RdrAll, syntax.AppAll, syntax.RdrClob, syntax.AppClob,
+			syntax.RdrAllClob, syntax.AppAllClob, syntax.RdrInOut, syntax.DplOut:
+			if r.Word == nil {
+				continue
+			}
+			a := s.word(r.Word)
+			if v, ok := a.lit(); ok && r.Op == syntax.DplOut && (v == "-" || isDigits(v)) {
+				continue
+			}
+			redirText = append(redirText, r.Op.String()+" "+a.show())
+			writes = append(writes, a)
+		case syntax.Hdoc, syntax.DashHdoc:
+			if r.Hdoc != nil {
+				t := s.wordCands(r.Hdoc).vals[0]
+				io.stdinText = &t
+			} else {
+				e := ""
+				io.stdinText = &e
+			}
+		case syntax.WordHdoc:
+			t := s.wordCands(r.Word).vals[0] + "\n"
+			io.stdinText = &t
+		case syntax.RdrIn:
+			io.stdinFile = true
+		}
+	}
+	redir := strings.Join(redirText, " ")
+	call, isCall := st.Cmd.(*syntax.CallExpr)
+	var argv []arg
+	if isCall {
+		if len(call.Args) == 0 {
+			for _, as := range call.Assigns {
+				s.assign(as)
+			}
+		}
+		argv = s.words(call.Args)
+	}
+	seg := s.segment(argv, redir)
+	if len(writes) > 0 {
+		if seg == "" {
+			seg = redir
+		}
+		for _, w := range writes {
+			s.writeTarget(w, seg)
+		}
+	}
+	if len(argv) > 0 {
+		s.command(argv, io, redir)
+	}
+}
+
+func isDigits(v string) bool {
+	if v == "" {
+		return false
+	}
+	for _, r := range v {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// segment returns the normalized text of a simple command.
+func (s *scanner) segment(argv []arg, redir string) string {
+	if len(argv) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(argv)+1)
+	for i, a := range argv {
+		w := a.show()
+		if i == 0 {
+			if v, ok := a.lit(); ok && strings.Contains(v, "/") {
+				w = path.Base(v)
+			}
+		}
+		parts = append(parts, w)
+	}
+	if redir != "" {
+		parts = append(parts, redir)
+	}
+	return clip(strings.Join(parts, " "))
+}
+
+// words expands shell words (brace expansion included) into args.
+func (s *scanner) words(ws []*syntax.Word) []arg {
+	var out []arg
+	for _, w := range ws {
+		out = append(out, s.wordExpanded(w)...)
+	}
+	return out
+}
+
+// wordExpanded resolves a word, brace expansion making several.
+func (s *scanner) wordExpanded(w *syntax.Word) []arg {
+	cp := &syntax.Word{Parts: append([]syntax.WordPart(nil), w.Parts...)}
+	if !syntax.SplitBraces(cp) {
+		a := s.word(w)
+		return []arg{a}
+	}
+	var out []arg
+	for bw, err := range expand.BracesSeq(nil, cp) {
+		if err != nil || len(out) >= maxCands {
+			break
+		}
+		c := s.parts(bw.Parts, false)
+		out = append(out, arg{vals: c.vals, dyn: c.dyn, node: w, text: s.text})
+	}
+	return out
+}
+
+// word resolves one word without brace expansion.
+func (s *scanner) word(w *syntax.Word) arg {
+	c := s.wordCands(w)
+	return arg{vals: c.vals, dyn: c.dyn, node: w, text: s.text}
+}
+
+func (s *scanner) wordCands(w *syntax.Word) cands {
+	if w == nil {
+		return one("")
+	}
+	return s.parts(w.Parts, false)
+}
+
+// printWord returns a word as written.
+func printWord(w *syntax.Word) string {
+	var b bytes.Buffer
+	if err := syntax.NewPrinter().Print(&b, w); err != nil {
+		return ""
+	}
+	return b.String()
+}
+
+// cross concatenates every value of a with every value of b.
+func cross(a, b cands) cands {
+	out := cands{dyn: a.dyn || b.dyn}
+	for _, x := range a.vals {
+		for _, y := range b.vals {
+			if len(out.vals) >= maxCands {
+				out.dyn = true
+				return out
+			}
+			if len(x)+len(y) > maxValueLen {
+				// A value this long is no path berth could name; keep a
+				// bounded prefix so doubling assignments stay cheap.
+				out.dyn = true
+				if len(x) >= maxValueLen {
+					out.vals = append(out.vals, x[:maxValueLen])
+				} else {
+					out.vals = append(out.vals, x+y[:maxValueLen-len(x)])
+				}
+				continue
+			}
+			out.vals = append(out.vals, x+y)
+		}
+	}
+	return out
+}
+
+// capCands deduplicates and bounds a candidate set.
+func capCands(c cands) cands {
+	seen := map[string]bool{}
+	out := cands{dyn: c.dyn}
+	for _, v := range c.vals {
+		if seen[v] {
+			continue
+		}
+		if len(out.vals) >= maxCands {
+			out.dyn = true
+			break
+		}
+		seen[v] = true
+		out.vals = append(out.vals, v)
+	}
+	if len(out.vals) == 0 {
+		out.vals = []string{""}
+	}
+	return out
+}
+
+// union joins candidate sets.
+func union(cs ...cands) cands {
+	var out cands
+	for _, c := range cs {
+		out.vals = append(out.vals, c.vals...)
+		out.dyn = out.dyn || c.dyn
+	}
+	return capCands(out)
+}
+
+// parts resolves word parts into candidate values.
+func (s *scanner) parts(ps []syntax.WordPart, inDQ bool) cands {
+	acc := one("")
+	for _, p := range ps {
+		var c cands
+		switch p := p.(type) {
+		case *syntax.Lit:
+			if inDQ {
+				c = one(unescapeDQ(p.Value))
+			} else {
+				c = one(unescapeLit(p.Value))
+			}
+		case *syntax.SglQuoted:
+			if p.Dollar {
+				c = one(ansiC(p.Value))
+			} else {
+				c = one(p.Value)
+			}
+		case *syntax.DblQuoted:
+			c = s.parts(p.Parts, true)
+		case *syntax.ParamExp:
+			c = s.param(p)
+		case *syntax.CmdSubst:
+			c = s.cmdSubst(p)
+		case *syntax.ProcSubst:
+			c = one("/dev/fd/63")
+		case *syntax.ExtGlob:
+			c = one("*")
+		case *syntax.BraceExp:
+			var all []cands
+			for _, e := range p.Elems {
+				all = append(all, s.wordCands(e))
+			}
+			c = union(all...)
+		default:
+			c = unknown
+		}
+		acc = cross(acc, c)
+	}
+	return acc
+}
+
+// lookup returns what a variable holds, as far as is known.
+func (s *scanner) lookup(name string) (cands, bool) {
+	if c, ok := s.vars[name]; ok {
+		return c, true
+	}
+	switch name {
+	case "HOME":
+		if s.ctx.Home != "" {
+			return one(path.Clean(s.ctx.Home)), true
+		}
+		return one(homeMark), true
+	case "PWD":
+		if s.cwd != "" {
+			return one(s.cwd), true
+		}
+	}
+	return unknown, false
+}
+
+// param resolves a parameter expansion. An unknown variable may be empty:
+// "rm -rf $DIR/" is treated as "rm -rf /". ${X:?} fails when X is empty,
+// so it stands for a non-empty unknown value.
+func (s *scanner) param(p *syntax.ParamExp) cands {
+	if p.Param == nil || p.NestedParam != nil || p.Excl || p.Length || p.Width || p.Index != nil ||
+		p.Slice != nil || p.Repl != nil || p.Names != 0 {
+		return unknown
+	}
+	val, known := s.lookup(p.Param.Value)
+	if p.Exp == nil {
+		return val
+	}
+	allSet := known && !val.dyn && !contains(val.vals, "")
+	switch p.Exp.Op {
+	case syntax.DefaultUnset, syntax.DefaultUnsetOrNull, syntax.AssignUnset, syntax.AssignUnsetOrNull:
+		if allSet {
+			return val
+		}
+		def := s.wordCands(p.Exp.Word)
+		if known {
+			return union(val, def)
+		}
+		alt := one(unknownPart)
+		alt.dyn = true
+		return union(def, alt)
+	case syntax.ErrorUnsetOrNull:
+		if allSet {
+			return val
+		}
+		return cands{vals: []string{unknownPart}, dyn: true}
+	case syntax.ErrorUnset:
+		return val
+	case syntax.AlternateUnset, syntax.AlternateUnsetOrNull:
+		return union(s.wordCands(p.Exp.Word), one(""))
+	}
+	return unknown
+}
+
+func contains(vs []string, v string) bool {
+	for _, x := range vs {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// cmdSubst resolves the few command substitutions whose output is known
+// before they run: echo and printf of literal text, which/command -v/type
+// -P of a name, pwd. Anything else is unknown and may be empty.
+func (s *scanner) cmdSubst(cs *syntax.CmdSubst) cands {
+	if len(cs.Stmts) != 1 || s.substDepth >= 4 {
+		return unknown
+	}
+	s.substDepth++
+	defer func() { s.substDepth-- }()
+	call, ok := cs.Stmts[0].Cmd.(*syntax.CallExpr)
+	if !ok || len(call.Args) == 0 || len(cs.Stmts[0].Redirs) > 0 {
+		return unknown
+	}
+	switch prog, _ := s.word(call.Args[0]).lit(); path.Base(prog) {
+	case "echo", "printf", "which", "command", "type", "pwd":
+	default:
+		return unknown
+	}
+	argv := s.words(call.Args)
+	var lits []string
+	for _, a := range argv {
+		v, ok := a.lit()
+		if !ok {
+			return unknown
+		}
+		lits = append(lits, v)
+	}
+	switch path.Base(lits[0]) {
+	case "echo":
+		rest := lits[1:]
+		for len(rest) > 0 && rest[0] == "-n" {
+			rest = rest[1:]
+		}
+		if len(rest) > 0 && strings.HasPrefix(rest[0], "-") {
+			return unknown
+		}
+		return one(strings.Join(rest, " "))
+	case "printf":
+		if len(lits) == 2 && !strings.ContainsAny(lits[1], `%\`) {
+			return one(lits[1])
+		}
+	case "which", "command", "type":
+		if len(lits) >= 2 {
+			return one(lits[len(lits)-1])
+		}
+	case "pwd":
+		if s.cwd != "" {
+			return one(s.cwd)
+		}
+	}
+	return unknown
+}
+
+// unescapeLit removes the backslashes of an unquoted literal.
+func unescapeLit(v string) string {
+	if !strings.Contains(v, `\`) {
+		return v
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\\' && i+1 < len(v) {
+			i++
+		}
+		b.WriteByte(v[i])
+	}
+	return b.String()
+}
+
+// unescapeDQ removes the backslashes that escape inside double quotes.
+func unescapeDQ(v string) string {
+	if !strings.Contains(v, `\`) {
+		return v
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\\' && i+1 < len(v) && strings.IndexByte("$`\"\\\n", v[i+1]) >= 0 {
+			i++
+		}
+		b.WriteByte(v[i])
+	}
+	return b.String()
+}
+
+// ansiC decodes the body of a $'...' string.
+func ansiC(v string) string {
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c != '\\' || i+1 >= len(v) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		switch e := v[i]; e {
+		case 'n':
+			b.WriteByte('\n')
+		case 't':
+			b.WriteByte('\t')
+		case 'r':
+			b.WriteByte('\r')
+		case 'a':
+			b.WriteByte(7)
+		case 'b':
+			b.WriteByte(8)
+		case 'e', 'E':
+			b.WriteByte(27)
+		case 'f':
+			b.WriteByte(12)
+		case 'v':
+			b.WriteByte(11)
+		case 'c':
+			if i+1 < len(v) {
+				i++
+				b.WriteByte(v[i] & 0x1f)
+			}
+		case 'x', 'u', 'U':
+			max := map[byte]int{'x': 2, 'u': 4, 'U': 8}[e]
+			j := i + 1
+			for j < len(v) && j-i-1 < max && isHex(v[j]) {
+				j++
+			}
+			if j == i+1 {
+				b.WriteByte('\\')
+				b.WriteByte(e)
+				continue
+			}
+			n, _ := strconv.ParseUint(v[i+1:j], 16, 32)
+			if e == 'x' {
+				b.WriteByte(byte(n))
+			} else {
+				b.WriteRune(rune(n))
+			}
+			i = j - 1
+		case '0', '1', '2', '3', '4', '5', '6', '7':
+			j := i
+			for j < len(v) && j-i < 3 && v[j] >= '0' && v[j] <= '7' {
+				j++
+			}
+			n, _ := strconv.ParseUint(v[i:j], 8, 16)
+			b.WriteByte(byte(n))
+			i = j - 1
+		default:
+			b.WriteByte(e)
+		}
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// funcDecl looks for a fork bomb: a function whose body calls itself at
+// least twice, with a call in a pipeline or in the background.
+func (s *scanner) funcDecl(fd *syntax.FuncDecl) {
+	if fd.Name == nil || fd.Body == nil {
+		return
+	}
+	name := fd.Name.Value
+	calls, spread := 0, false
+	syntax.Walk(fd.Body, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.CallExpr:
+			if len(n.Args) > 0 && path.Base(s.wordCands(n.Args[0]).vals[0]) == name {
+				calls++
+			}
+		case *syntax.Stmt:
+			if n.Background && callsFunc(s, n, name) {
+				spread = true
+			}
+		case *syntax.BinaryCmd:
+			if (n.Op == syntax.Pipe || n.Op == syntax.PipeAll) && (callsFunc(s, n.X, name) || callsFunc(s, n.Y, name)) {
+				spread = true
+			}
+		}
+		return true
+	})
+	if calls >= 2 && spread {
+		var b bytes.Buffer
+		_ = syntax.NewPrinter(syntax.SingleLine(true)).Print(&b, fd)
+		s.add("fork-bomb", clip(b.String()), name)
+	}
+}
+
+// callsFunc reports whether n runs the function name.
+func callsFunc(s *scanner, n syntax.Node, name string) bool {
+	found := false
+	syntax.Walk(n, func(m syntax.Node) bool {
+		if c, ok := m.(*syntax.CallExpr); ok && len(c.Args) > 0 && path.Base(s.wordCands(c.Args[0]).vals[0]) == name {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// fallback checks text the parser rejected, crudely: it is cut at shell
+// separators, quotes are dropped, and each piece is checked as a simple
+// command with literal words. It can see more than the shell would (prose
+// inside quotes), never less.
+func (s *scanner) fallback(text string) {
+	r := strings.NewReplacer("$(", "\n", "`", "\n", ";", "\n", "&", "\n", "|", "\n", "(", "\n", ")", "\n", "{", "\n", "}", "\n")
+	unq := strings.NewReplacer(`"`, "", `'`, "", `\`, "")
+	for _, line := range strings.Split(r.Replace(text), "\n") {
+		var argv []arg
+		for _, f := range strings.Fields(unq.Replace(line)) {
+			argv = append(argv, litArg(f))
+		}
+		if len(argv) > 0 {
+			seg := s.segment(argv, "")
+			s.command(argv, ioInfo{}, "")
+			s.record(seg)
+		}
+	}
+}
