@@ -1,0 +1,257 @@
+// Package apptainerenv gives tests berth's stand-in `apptainer` executable
+// (the Go program in ./cmd/apptainer, whose package documentation says what
+// it implements and where it guesses) and a SIF image to run in it.
+//
+// No Apptainer is packaged for Debian bookworm, so the singularity backend is
+// tested against the stand-in: it takes the real command lines and isolates
+// for real with bubblewrap, kernel overlay mounts and SIF files. It needs
+// root, bwrap, mksquashfs, unsquashfs and nsenter; scripts/ensure-apptainer-deps.sh
+// installs them.
+package apptainerenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
+)
+
+// tools the stand-in runs.
+var tools = []string{"bwrap", "mksquashfs", "unsquashfs", "nsenter", "mkfs.ext3", "mount"}
+
+// missing returns why the stand-in cannot work here, or "".
+func missing() string {
+	var miss []string
+	for _, t := range tools {
+		if _, err := exec.LookPath(t); err != nil {
+			miss = append(miss, t)
+		}
+	}
+	if len(miss) > 0 {
+		return fmt.Sprintf("missing %s (run scripts/ensure-apptainer-deps.sh)", strings.Join(miss, ", "))
+	}
+	if os.Geteuid() != 0 {
+		return "the apptainer stand-in needs root (it mounts overlays with the kernel)"
+	}
+	return ""
+}
+
+func skipOrFail(t testing.TB, msg string) {
+	t.Helper()
+	msg = "apptainerenv: " + msg
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string // <dir>/bin/apptainer
+	buildErr  error
+)
+
+// sourceDir is the directory of the stand-in's sources.
+func sourceDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "cmd", "apptainer")
+}
+
+// build compiles the stand-in (static, it also runs inside containers) into
+// a directory under the temp dir named by a hash of its sources and of the
+// module's go.sum, so test processes share one binary and a changed source
+// gets a new one.
+func build() (string, error) {
+	src := sourceDir()
+	h := sha256.New()
+	files, _ := filepath.Glob(filepath.Join(src, "*.go"))
+	files = append(files, filepath.Join(src, "..", "..", "..", "..", "..", "go.sum"))
+	sort.Strings(files)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("read %s: %w", f, err)
+		}
+		fmt.Fprintf(h, "%s %d\n", filepath.Base(f), len(data))
+		h.Write(data)
+	}
+	dir := filepath.Join(os.TempDir(), "berth-apptainer-standin-"+hex.EncodeToString(h.Sum(nil))[:16])
+	bin := filepath.Join(dir, "bin", "apptainer")
+	if _, err := os.Stat(bin); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return "", err
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		goBin = "go"
+	}
+	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", tmp, ".")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("go build the apptainer stand-in: %v\n%s", err, out)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return dir, nil
+}
+
+// Require builds the stand-in once per test process, puts its directory
+// first on PATH for the test, and gives the test its own Apptainer user
+// configuration directory (APPTAINER_CONFIGDIR, where instances are
+// recorded) and cache (APPTAINER_CACHEDIR). At the end of the test every
+// instance still running there is stopped. It returns the directory holding
+// the `apptainer` executable.
+//
+// When root, bubblewrap or squashfs-tools are missing it skips the test,
+// except under CI (the CI variable set), where it fails it. It uses t.Setenv,
+// so the test cannot be parallel.
+func Require(t testing.TB) string {
+	t.Helper()
+	if msg := missing(); msg != "" {
+		skipOrFail(t, msg)
+	}
+	buildOnce.Do(func() { buildDir, buildErr = build() })
+	if buildErr != nil {
+		t.Fatalf("apptainerenv: %v", buildErr)
+	}
+	bin := filepath.Join(buildDir, "bin")
+	Isolate(t, bin)
+	return bin
+}
+
+// RequireConf is Require with an apptainer.conf holding conf, in a fresh
+// install prefix (the stand-in reads <prefix>/etc/apptainer/apptainer.conf
+// beside its bin directory, like an installation from source). The only
+// setting the stand-in honours is "systemd cgroups = yes|no".
+func RequireConf(t testing.TB, conf string) string {
+	t.Helper()
+	Require(t)
+	prefix := t.TempDir()
+	bin := filepath.Join(prefix, "bin")
+	etc := filepath.Join(prefix, "etc", "apptainer")
+	for _, d := range []string{bin, etc} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := copyFile(filepath.Join(buildDir, "bin", "apptainer"), filepath.Join(bin, "apptainer")); err != nil {
+		t.Fatalf("apptainerenv: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(etc, "apptainer.conf"), []byte(conf+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return bin
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// Isolate points PATH at bin first and gives the test fresh APPTAINER_CONFIGDIR
+// and APPTAINER_CACHEDIR directories; at cleanup it stops the instances left
+// there.
+func Isolate(t testing.TB, bin string) {
+	t.Helper()
+	cfg := t.TempDir()
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("APPTAINER_CONFIGDIR", cfg)
+	t.Setenv("APPTAINER_CACHEDIR", filepath.Join(cfg, "cache"))
+	t.Cleanup(func() {
+		cmd := exec.Command(filepath.Join(bin, "apptainer"), "-s", "instance", "stop", "--all", "--timeout", "5")
+		cmd.Env = append(os.Environ(), "APPTAINER_CONFIGDIR="+cfg)
+		cmd.Run() // rc 1 when none is left: that is the normal case
+	})
+}
+
+var (
+	sifOnce sync.Once
+	sifPath string
+	sifErr  error
+)
+
+// SIF returns the path of a SIF built (once per test process, cached by the
+// Docker image's content) by the stand-in from dockerenv's test image with
+// `apptainer build X.sif docker-daemon://berth-test/base:1`. Call Require
+// first. The file is shared: tests must not modify it.
+func SIF(t testing.TB) string {
+	t.Helper()
+	ref := dockerenv.Image(t)
+	cli := dockerenv.Require(t)
+	sifOnce.Do(func() {
+		key := "noid"
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if res, err := cli.ImageInspect(ctx, ref); err == nil && res.ID != "" {
+			key = strings.TrimPrefix(res.ID, "sha256:")
+		}
+		sifPath, sifErr = buildSIF(ref, key)
+	})
+	if sifErr != nil {
+		t.Fatalf("apptainerenv: %v", sifErr)
+	}
+	return sifPath
+}
+
+func buildSIF(ref, key string) (string, error) {
+	if len(key) > 16 {
+		key = key[:16]
+	}
+	target := filepath.Join(buildDir, "images", "base-"+key+".sif")
+	if key != "noid" {
+		if _, err := os.Stat(target); err == nil {
+			return target, nil
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return "", err
+	}
+	tmp := fmt.Sprintf("%s.tmp%d.sif", target, os.Getpid())
+	var stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(buildDir, "bin", "apptainer"), "build", "--force", tmp, "docker-daemon://"+ref)
+	cmd.Stderr = &stderr
+	cmd.Env = append(os.Environ(), "APPTAINER_CACHEDIR="+filepath.Join(buildDir, "cache"))
+	if err := cmd.Run(); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("apptainer build %s: %v\n%s", ref, err, stderr.String())
+	}
+	if err := os.Rename(tmp, target); err != nil {
+		return "", err
+	}
+	return target, nil
+}
