@@ -243,7 +243,7 @@ func setupRoot(spec *containerSpec) (*mountedRoot, error) {
 // bwrapArgs is the bubblewrap command line for a container rooted at root.
 // cmd is what bwrap runs inside (argv, looked up by bwrap).
 func bwrapArgs(spec *containerSpec, root string, asInit bool, infoFD int, cmd []string) []string {
-	a := []string{"--bind", root, "/", "--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"}
+	a := []string{"--bind", root, "/", "--proc", "/proc", "--dev", "/dev", "--dev-bind-try", "/dev/pts", "/dev/pts", "--ro-bind", "/sys", "/sys"}
 	if spec.Contain {
 		a = append(a, "--tmpfs", "/tmp", "--tmpfs", "/var/tmp")
 	} else {

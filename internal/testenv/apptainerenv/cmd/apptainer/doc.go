@@ -88,7 +88,9 @@
 // another process" text), or a tmpfs for --writable-tmpfs, or none (read-only
 // root). Only the first --overlay is used. bwrap 0.8 has no --overlay option
 // (it came in 0.9), which is why the overlay is mounted before bwrap runs;
-// bwrap then binds that root on /, mounts /proc, a minimal /dev, /sys
+// bwrap then binds that root on /, mounts /proc, a minimal /dev with the
+// host's /dev/pts bound in (so a terminal given to exec is a /dev/pts device
+// inside too; guess at what Apptainer's devpts handling shows), /sys
 // read-only, tmpfs /tmp and /var/tmp under --contain/--containall (the host's
 // otherwise), the home (an empty tmpfs under --contain, the host home
 // otherwise, nothing with --no-home), /etc/hosts, /etc/resolv.conf and
