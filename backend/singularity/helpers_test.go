@@ -27,7 +27,7 @@ type testEnv struct {
 	env map[string]string // what Options.Getenv sees
 }
 
-func setup(t *testing.T) *testEnv {
+func setup(t testing.TB) *testEnv {
 	t.Helper()
 	bin := apptainerenv.Require(t)
 	return &testEnv{

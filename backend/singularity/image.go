@@ -131,7 +131,7 @@ func buildSIF(ctx context.Context, c *cli, s *settings, target string, log *slog
 	part := fmt.Sprintf("%s.part-%d.sif", strings.TrimSuffix(target, ".sif"), os.Getpid())
 	os.Remove(part)
 	defer os.Remove(part)
-	log.Info("singularity: building the image once into berth's SIF cache (this can take minutes)", "image", s.image, "sif", target)
+	log.Warn("singularity: building the image once into berth's SIF cache (this can take minutes)", "image", s.image, "sif", target)
 	start := time.Now()
 	env := []string{"APPTAINER_CACHEDIR=" + cache, "APPTAINER_TMPDIR=" + tmp, "SINGULARITY_CACHEDIR=" + cache, "SINGULARITY_TMPDIR=" + tmp}
 	err := c.runStreaming(ctx, env, func(l string) {

@@ -250,7 +250,7 @@ func (b *Backend) ensure(ctx context.Context) (int, error) {
 	var ce *cliError
 	if err != nil && withLimits && errors.As(err, &ce) && isCgroupRefusal(ce.stderr) {
 		setLimits(b.cli.bin, limitState{known: true, enforced: false, reason: ce.fatal()})
-		b.log.Warn("singularity: Apptainer cannot enforce cpu/memory limits here; starting without them",
+		b.log.Debug("singularity: Apptainer cannot enforce cpu/memory limits here; starting without them",
 			"container_cpu", s.cpus, "container_memory_mb", s.memoryMB, "apptainer_said", ce.fatal())
 		withLimits = false
 		args = append(b.startFlags(false), b.image, s.name)
@@ -311,8 +311,8 @@ func (b *Backend) reportLimits(limitsApplied bool) {
 	b.limMu.Lock()
 	b.notEnforced = missing
 	b.limMu.Unlock()
-	for _, m := range missing {
-		b.log.Warn("singularity: limit not enforced", "limit", m)
+	if len(missing) > 0 {
+		b.log.Warn("singularity: limits not enforced (berth doctor shows them too)", "limits", strings.Join(missing, "; "))
 	}
 }
 

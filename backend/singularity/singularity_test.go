@@ -337,7 +337,8 @@ func testLimitsReported(t *testing.T, e *testEnv) {
 		!contains(ne, "cannot use systemd cgroups manager") || !contains(ne, "container_disk=") {
 		t.Errorf("NotEnforced = %q", ne)
 	}
-	if !contains(rec.all(), "limit not enforced limit=container_memory=700MB") {
+	if !contains(rec.all(), "limits not enforced (berth doctor shows them too) limits=container_cpu=1.5 not enforced") ||
+		!contains(rec.all(), "; container_memory=700MB not enforced") {
 		t.Errorf("creation did not log the unenforced memory limit:\n%s", strings.Join(rec.all(), "\n"))
 	}
 	// The instance runs (without the limits) rather than not at all.

@@ -114,7 +114,24 @@ func build() (string, error) {
 		os.Remove(tmp)
 		return "", err
 	}
+	removeStale(dir)
 	return dir, nil
+}
+
+// removeStale removes the builds of earlier sources (with their cached
+// images) not used for a day, so changing the stand-in does not pile up
+// binaries in the temp dir.
+func removeStale(keep string) {
+	old, _ := filepath.Glob(filepath.Join(filepath.Dir(keep), "berth-apptainer-standin-*"))
+	for _, d := range old {
+		if d == keep {
+			continue
+		}
+		if st, err := os.Stat(filepath.Join(d, "bin", "apptainer")); err == nil && time.Since(st.ModTime()) < 24*time.Hour {
+			continue
+		}
+		os.RemoveAll(d)
+	}
 }
 
 // Require builds the stand-in once per test process, puts its directory
