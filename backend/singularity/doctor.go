@@ -85,7 +85,7 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 			switch {
 			case err == nil:
 				reportProbe(add, s, true, "")
-			case errors.As(err, &ce) && isCgroupRefusal(ce.stderr):
+			case errors.As(err, &ce) && isCgroupRefusal(ce):
 				reportProbe(add, s, false, ce.fatal())
 			default:
 				add("limits: probe failed: %v", err)

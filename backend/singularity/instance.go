@@ -130,9 +130,11 @@ func setLimits(bin string, st limitState) {
 	limitsProbe[bin] = st
 }
 
-// isCgroupRefusal reports whether a failed start refused the limits.
-func isCgroupRefusal(stderr string) bool {
-	s := strings.ToLower(stderr)
+// isCgroupRefusal reports whether a failed start refused the limits,
+// judged on its FATAL/ERROR lines only (Apptainer prints an INFO line about
+// the systemd cgroup manager at every start on hosts without systemd).
+func isCgroupRefusal(ce *cliError) bool {
+	s := strings.ToLower(ce.fatal())
 	return strings.Contains(s, "cgroup") || strings.Contains(s, "--cpus") || strings.Contains(s, "--memory")
 }
 
@@ -248,7 +250,7 @@ func (b *Backend) ensure(ctx context.Context) (int, error) {
 	args := append(b.startFlags(withLimits), b.image, s.name)
 	_, err = b.cli.run(ctx, nil, args...)
 	var ce *cliError
-	if err != nil && withLimits && errors.As(err, &ce) && isCgroupRefusal(ce.stderr) {
+	if err != nil && withLimits && errors.As(err, &ce) && isCgroupRefusal(ce) {
 		setLimits(b.cli.bin, limitState{known: true, enforced: false, reason: ce.fatal()})
 		b.log.Debug("singularity: Apptainer cannot enforce cpu/memory limits here; starting without them",
 			"container_cpu", s.cpus, "container_memory_mb", s.memoryMB, "apptainer_said", ce.fatal())

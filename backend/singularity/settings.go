@@ -115,7 +115,12 @@ func settingsFrom(opts backend.Options) (*settings, error) {
 			return nil, err
 		}
 	}
-	s.binds = append(s.binds, c.DockerVolumes...)
+	for _, b := range c.DockerVolumes {
+		if err := checkBind(b); err != nil {
+			return nil, fmt.Errorf("%w (from docker_volumes)", err)
+		}
+		s.binds = append(s.binds, b)
+	}
 	fwd, err := jsonList(getenv, "TERMINAL_SINGULARITY_FORWARD_ENV")
 	if err != nil {
 		return nil, err
@@ -168,6 +173,9 @@ func jsonList(getenv func(string) string, name string) ([]string, error) {
 
 // checkBind validates a host:container[:ro|rw] entry.
 func checkBind(b string) error {
+	if strings.Contains(b, ",") {
+		return fmt.Errorf("singularity: bind %q: Apptainer splits --bind values at commas; a path with a comma cannot be bound", b)
+	}
 	parts := strings.Split(b, ":")
 	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || !strings.HasPrefix(parts[1], "/") ||
 		len(parts) == 3 && parts[2] != "ro" && parts[2] != "rw" {
