@@ -98,7 +98,7 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 		if mode, _ := overlayChoice(s.overlay); s.persistent && mode == overlayImage {
 			add("limit enforced: container_disk=%dMB (the size of the ext3 overlay image)", s.diskMB)
 		} else {
-			add("limit NOT enforced: container_disk=%dMB (a directory overlay or tmpfs has no size limit; TERMINAL_SINGULARITY_OVERLAY=image makes a sized overlay)", s.diskMB)
+			add("limit NOT enforced: container_disk=%dMB (a directory overlay or tmpfs has no size limit; singularity_overlay: image makes a sized overlay)", s.diskMB)
 		}
 	}
 	if !s.network && image != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
@@ -23,7 +24,7 @@ func adminTools(opts backend.Options) (*cli, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	bin, err := findBinary(getenv("TERMINAL_SINGULARITY_BINARY"))
+	bin, err := findBinary(strings.TrimSpace(opts.Config.String(keyBinary)))
 	if err != nil {
 		return nil, "", err
 	}

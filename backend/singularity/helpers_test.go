@@ -56,9 +56,11 @@ func (e *testEnv) getenv(k string) string {
 
 // options builds backend options for key (a fresh random key when "").
 func (e *testEnv) options(key string, mutate func(*config.Terminal)) backend.Options {
-	cfg := config.Defaults()
+	cfg := config.Default().Terminal
 	cfg.Backend = Name
-	cfg.SingularityImage = e.image
+	if err := cfg.Set(keyImage, e.image); err != nil {
+		panic(err)
+	}
 	cfg.ContainerPersistent = false
 	if mutate != nil {
 		mutate(&cfg)
@@ -67,6 +69,15 @@ func (e *testEnv) options(key string, mutate func(*config.Terminal)) backend.Opt
 		key = randomKey()
 	}
 	return backend.Options{Key: key, Config: cfg, Home: e.home, Getenv: e.getenv}
+}
+
+// mustSet sets a configuration key as a config file or variable would,
+// failing the test when the value is refused.
+func mustSet(t testing.TB, c *config.Terminal, name string, v any) {
+	t.Helper()
+	if err := c.Set(name, v); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func randomKey() string {

@@ -305,7 +305,7 @@ func (b *Backend) reportLimits(limitsApplied bool) {
 		case b.overlayPath != "" && strings.HasSuffix(b.overlayPath, ".img"):
 			// the overlay image has that size
 		case b.overlayPath != "":
-			missing = append(missing, fmt.Sprintf("container_disk=%dMB not enforced: a directory overlay has no size limit (TERMINAL_SINGULARITY_OVERLAY=image makes a sized ext3 overlay)", s.diskMB))
+			missing = append(missing, fmt.Sprintf("container_disk=%dMB not enforced: a directory overlay has no size limit (singularity_overlay: image makes a sized ext3 overlay)", s.diskMB))
 		default:
 			missing = append(missing, fmt.Sprintf("container_disk=%dMB not enforced: --writable-tmpfs writes go to memory-backed tmpfs without a berth limit", s.diskMB))
 		}

@@ -3,44 +3,21 @@ package singularity
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/a55dbaac/berth/backend"
 )
 
-// Key describes one of the backend's own configuration keys, in the shape
-// the backend registry's declared keys take (name, environment variable,
-// default, help).
-type Key struct {
-	Name    string // key under terminal:
-	Env     string // overriding environment variable
-	Default string
-	Help    string
-}
-
-// Keys are the singularity backend's own settings. Until the configuration
-// file learns backend-declared keys they are read from their environment
-// variables (also from the .env file beside the config, through
-// Options.Getenv); settingsFrom is the one place that reads them.
-var Keys = []Key{
-	{Name: "singularity_binary", Env: "TERMINAL_SINGULARITY_BINARY",
-		Help: "the apptainer or singularity executable (name or path); default: apptainer, else singularity, on PATH"},
-	{Name: "singularity_binds", Env: "TERMINAL_SINGULARITY_BINDS", Default: "[]",
-		Help: `bind mounts, docker_volumes style: a JSON list such as ["/data:/data:ro"]`},
-	{Name: "singularity_forward_env", Env: "TERMINAL_SINGULARITY_FORWARD_ENV", Default: "[]",
-		Help: `host variables exported into the shell (over its stdin, never a command line): a JSON list such as ["HF_TOKEN"]`},
-	{Name: "singularity_overlay", Env: "TERMINAL_SINGULARITY_OVERLAY", Default: "auto",
-		Help: "the persistent overlay: dir (a directory; needs root, or user namespaces with fuse-overlayfs), image (an ext3 file made by `overlay create`), or auto"},
-}
-
 // ScratchEnv names the scratch directory (instances' overlays and state,
-// build temporary files), as Hermes reads it.
+// build temporary files), as Hermes reads it: a plain environment variable
+// (also from the .env file beside the config, through Options.Getenv), not
+// a configuration key.
 const ScratchEnv = "TERMINAL_SCRATCH_DIR"
 
 // overlayMode is how a persistent environment keeps its writes.
@@ -80,6 +57,10 @@ func InstanceName(key string) string {
 	return "berth_" + hex.EncodeToString(sum[:6])
 }
 
+// settingsFrom reads the options: the shared keys from their fields, the
+// declared keys with the accessors. Their values were checked when they
+// were set (file, variable, flag or Terminal.Set), so only what depends on
+// several keys or on the host is checked here.
 func settingsFrom(opts backend.Options) (*settings, error) {
 	getenv := opts.Getenv
 	if getenv == nil {
@@ -93,8 +74,10 @@ func settingsFrom(opts backend.Options) (*settings, error) {
 	s := &settings{
 		key:        key,
 		name:       InstanceName(key),
-		image:      strings.TrimSpace(c.SingularityImage),
-		binary:     strings.TrimSpace(getenv("TERMINAL_SINGULARITY_BINARY")),
+		image:      strings.TrimSpace(c.String(keyImage)),
+		binary:     strings.TrimSpace(c.String(keyBinary)),
+		binds:      c.List(keyBinds),
+		overlay:    overlayMode(c.String(keyOverlay)),
 		persistent: c.ContainerPersistent,
 		cpus:       c.ContainerCPU,
 		memoryMB:   c.ContainerMemory,
@@ -103,42 +86,23 @@ func settingsFrom(opts backend.Options) (*settings, error) {
 		home:       opts.Home,
 		getenv:     getenv,
 	}
-	if s.image == "" {
-		return nil, fmt.Errorf("singularity: terminal.singularity_image is empty: set a .sif path, a sandbox directory or a docker://, docker-daemon://, docker-archive://, oras:// or library:// reference")
-	}
-	var err error
-	if s.binds, err = jsonList(getenv, "TERMINAL_SINGULARITY_BINDS"); err != nil {
-		return nil, err
-	}
-	for _, b := range s.binds {
-		if err := checkBind(b); err != nil {
-			return nil, err
+	// Every container backend forwards docker_forward_env; env_passthrough
+	// and singularity_forward_env add to it.
+	for _, l := range [][]string{c.EnvPassthrough, c.DockerForwardEnv, c.List(keyForwardEnv)} {
+		for _, n := range l {
+			if !slices.Contains(s.forward, n) {
+				s.forward = append(s.forward, n)
+			}
 		}
-	}
-	for _, b := range c.DockerVolumes {
-		if err := checkBind(b); err != nil {
-			return nil, fmt.Errorf("%w (from docker_volumes)", err)
-		}
-		s.binds = append(s.binds, b)
-	}
-	fwd, err := jsonList(getenv, "TERMINAL_SINGULARITY_FORWARD_ENV")
-	if err != nil {
-		return nil, err
-	}
-	s.forward = append(append([]string(nil), c.EnvPassthrough...), fwd...)
-	switch m := overlayMode(strings.ToLower(strings.TrimSpace(getenv("TERMINAL_SINGULARITY_OVERLAY")))); m {
-	case "":
-		s.overlay = overlayAuto
-	case overlayAuto, overlayDir, overlayImage:
-		s.overlay = m
-	default:
-		return nil, fmt.Errorf("singularity: TERMINAL_SINGULARITY_OVERLAY %q: use dir, image or auto", m)
 	}
 	s.cwd = c.Cwd
-	if c.DockerMountCwdToWorkspace {
+	if c.Bool(keyMountCwd) {
 		wd, err := os.Getwd()
 		if err != nil {
-			return nil, fmt.Errorf("singularity: docker_mount_cwd_to_workspace: %w", err)
+			return nil, fmt.Errorf("singularity: %s: %w", keyMountCwd, err)
+		}
+		if err := checkBind(wd + ":/workspace"); err != nil {
+			return nil, fmt.Errorf("singularity: %s: the working directory cannot be bound: %w", keyMountCwd, err)
 		}
 		s.binds = append(s.binds, wd+":/workspace")
 		if s.cwd == "" {
@@ -151,37 +115,12 @@ func settingsFrom(opts backend.Options) (*settings, error) {
 	if !strings.HasPrefix(s.cwd, "/") {
 		return nil, fmt.Errorf("singularity: terminal.cwd %q must be an absolute path inside the container", c.Cwd)
 	}
+	var err error
 	s.scratch, err = scratchDir(getenv, opts.Home)
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// jsonList reads a JSON list of strings from an environment variable.
-func jsonList(getenv func(string) string, name string) ([]string, error) {
-	v := strings.TrimSpace(getenv(name))
-	if v == "" {
-		return nil, nil
-	}
-	var out []string
-	if err := json.Unmarshal([]byte(v), &out); err != nil {
-		return nil, fmt.Errorf("singularity: %s=%q: want a JSON list of strings such as [\"/data:/data:ro\"]: %v", name, v, err)
-	}
-	return out, nil
-}
-
-// checkBind validates a host:container[:ro|rw] entry.
-func checkBind(b string) error {
-	if strings.Contains(b, ",") {
-		return fmt.Errorf("singularity: bind %q: Apptainer splits --bind values at commas; a path with a comma cannot be bound", b)
-	}
-	parts := strings.Split(b, ":")
-	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || !strings.HasPrefix(parts[1], "/") ||
-		len(parts) == 3 && parts[2] != "ro" && parts[2] != "rw" {
-		return fmt.Errorf("singularity: bind %q: use host:container or host:container:ro (absolute container path)", b)
-	}
-	return nil
 }
 
 // scratchDir is TERMINAL_SCRATCH_DIR, else /scratch/$USER/berth when
@@ -238,7 +177,7 @@ func findBinary(configured string) (string, error) {
 		p, err := exec.LookPath(configured)
 		if err != nil {
 			return "", &backend.UnreachableError{Backend: Name, Target: configured,
-				Hint: "TERMINAL_SINGULARITY_BINARY names no executable; install Apptainer or fix the setting", Err: err}
+				Hint: "terminal.singularity_binary (TERMINAL_SINGULARITY_BINARY) names no executable; install Apptainer or fix the setting", Err: err}
 		}
 		return p, nil
 	}
@@ -248,6 +187,6 @@ func findBinary(configured string) (string, error) {
 		}
 	}
 	return "", &backend.UnreachableError{Backend: Name, Target: "apptainer or singularity on PATH",
-		Hint: "install Apptainer (or SingularityCE), `module load apptainer` on a cluster, or set TERMINAL_SINGULARITY_BINARY",
+		Hint: "install Apptainer (or SingularityCE), `module load apptainer` on a cluster, or set terminal.singularity_binary (TERMINAL_SINGULARITY_BINARY)",
 		Err:  exec.ErrNotFound}
 }

@@ -1,6 +1,8 @@
 package singularity
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,49 +17,139 @@ func TestInstanceName(t *testing.T) {
 	}
 }
 
+// load reads the configuration as berth does, from env (variables and
+// BERTH_HOME) and the config file text yaml ("" for none).
+func load(t *testing.T, env map[string]string, yaml string) (*config.Config, error) {
+	t.Helper()
+	home := t.TempDir()
+	get := func(k string) string {
+		if k == "BERTH_HOME" {
+			return home
+		}
+		return env[k]
+	}
+	if yaml != "" {
+		if err := os.WriteFile(filepath.Join(home, "config.yaml"), []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return config.Load(config.LoadOptions{Getenv: get})
+}
+
 func TestSettingsRejectBadValues(t *testing.T) {
 	for _, c := range []struct {
-		env  map[string]string
+		env  map[string]string // TERMINAL_* variables read by config.Load
+		set  map[string]any    // keys set with Terminal.Set
 		cfg  func(*config.Terminal)
 		want string
 	}{
-		{env: map[string]string{"TERMINAL_SINGULARITY_BINDS": `/a:/b`}, want: `TERMINAL_SINGULARITY_BINDS="/a:/b": want a JSON list`},
-		{env: map[string]string{"TERMINAL_SINGULARITY_BINDS": `["/a"]`}, want: `bind "/a": use host:container`},
-		{env: map[string]string{"TERMINAL_SINGULARITY_BINDS": `["/a:/b:rx"]`}, want: `bind "/a:/b:rx"`},
-		{env: map[string]string{"TERMINAL_SINGULARITY_BINDS": `["/a,b:/b"]`}, want: "splits --bind values at commas"},
-		{cfg: func(c *config.Terminal) { c.DockerVolumes = []string{"rel"} }, want: "(from docker_volumes)"},
-		{env: map[string]string{"TERMINAL_SINGULARITY_OVERLAY": "tmp"}, want: `TERMINAL_SINGULARITY_OVERLAY "tmp": use dir, image or auto`},
-		{cfg: func(c *config.Terminal) { c.SingularityImage = "" }, want: "singularity_image is empty"},
+		{env: map[string]string{"TERMINAL_SINGULARITY_BINDS": `/a:/b`}, want: `TERMINAL_SINGULARITY_BINDS="/a:/b": not a JSON array of strings`},
+		{env: map[string]string{"TERMINAL_SINGULARITY_BINDS": `["/a"]`}, want: `TERMINAL_SINGULARITY_BINDS="[\"/a\"]": bind "/a": use host:container`},
+		{set: map[string]any{keyBinds: []string{"/a"}}, want: `terminal.singularity_binds "[\"/a\"]": bind "/a": use host:container`},
+		{set: map[string]any{keyBinds: []string{"/a:/b", "/a:/b:rx"}}, want: `bind "/a:/b:rx"`},
+		{set: map[string]any{keyBinds: []string{"/a,b:/b"}}, want: "splits --bind values at commas"},
+		{env: map[string]string{"TERMINAL_SINGULARITY_OVERLAY": "tmp"}, want: `TERMINAL_SINGULARITY_OVERLAY="tmp": use dir, image or auto`},
+		{set: map[string]any{keyOverlay: "tmp"}, want: `terminal.singularity_overlay "tmp": use dir, image or auto`},
+		{set: map[string]any{keyForwardEnv: []string{"OK", "NOT-A-NAME"}}, want: `"NOT-A-NAME" is not a variable name`},
+		{set: map[string]any{keyImage: " "}, want: `terminal.singularity_image " ": empty: set a .sif path`},
 		{cfg: func(c *config.Terminal) { c.Cwd = "work" }, want: `terminal.cwd "work" must be an absolute path`},
 	} {
-		cfg := config.Defaults()
-		if c.cfg != nil {
-			c.cfg(&cfg)
-		}
-		env := map[string]string{ScratchEnv: t.TempDir()}
-		for k, v := range c.env {
-			env[k] = v
-		}
-		_, err := settingsFrom(backend.Options{Key: "k", Config: cfg, Getenv: func(k string) string { return env[k] }})
+		err := func() error {
+			cfg := config.Default()
+			if c.env != nil {
+				var err error
+				if cfg, err = load(t, c.env, ""); err != nil {
+					return err
+				}
+			}
+			for k, v := range c.set {
+				if err := cfg.Terminal.Set(k, v); err != nil {
+					return err
+				}
+			}
+			if c.cfg != nil {
+				c.cfg(&cfg.Terminal)
+			}
+			env := map[string]string{ScratchEnv: t.TempDir()}
+			_, err := settingsFrom(backend.Options{Key: "k", Config: cfg.Terminal, Getenv: func(k string) string { return env[k] }})
+			return err
+		}()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: error %v, want it to mention %q", c.env, err, c.want)
+			t.Errorf("%v %v: error %v, want it to mention %q", c.env, c.set, err, c.want)
 		}
 	}
 }
 
 func TestSettingsDefaults(t *testing.T) {
 	scratch := t.TempDir()
-	cfg := config.Defaults()
-	cfg.EnvPassthrough = []string{"A"}
-	cfg.DockerVolumes = []string{"/data:/data:ro"}
-	env := map[string]string{ScratchEnv: scratch, "TERMINAL_SINGULARITY_FORWARD_ENV": `["B"]`, "TERMINAL_SINGULARITY_BINDS": `["/x:/y"]`}
-	s, err := settingsFrom(backend.Options{Key: "k", Config: cfg, Getenv: func(k string) string { return env[k] }})
+	cfg := config.Default().Terminal
+	s, err := settingsFrom(backend.Options{Key: "k", Config: cfg, Getenv: func(k string) string {
+		if k == ScratchEnv {
+			return scratch
+		}
+		return ""
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.cwd != "/root" || s.scratch != scratch || s.overlay != overlayAuto || !s.persistent ||
-		strings.Join(s.forward, ",") != "A,B" || strings.Join(s.binds, ",") != "/x:/y,/data:/data:ro" {
+	if s.image != "docker://"+config.DefaultImage || s.binary != "" || s.cwd != "/root" || s.scratch != scratch ||
+		s.overlay != overlayAuto || !s.persistent || len(s.forward) != 0 || len(s.binds) != 0 {
 		t.Errorf("settings: %+v", s)
+	}
+}
+
+// The declared keys come from the file, their TERMINAL_SINGULARITY_*
+// variables (which win over the file) and the shared keys.
+func TestSettingsFromConfig(t *testing.T) {
+	scratch := t.TempDir()
+	env := map[string]string{
+		ScratchEnv:                         scratch,
+		"TERMINAL_SINGULARITY_FORWARD_ENV": `["B"]`,
+		"TERMINAL_SINGULARITY_BINDS":       `["/x:/y"]`,
+		"TERMINAL_SINGULARITY_OVERLAY":     "image",
+		"TERMINAL_DOCKER_FORWARD_ENV":      `["C", "A"]`,
+	}
+	cfg, err := load(t, env, "terminal:\n  singularity_image: /images/py.sif\n  singularity_binary: /opt/apptainer/bin/apptainer\n"+
+		"  singularity_overlay: dir\n  singularity_binds: [\"/from-file:/f\"]\n  env_passthrough: [A]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := settingsFrom(backend.Options{Key: "k", Config: cfg.Terminal, Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.image != "/images/py.sif" || s.binary != "/opt/apptainer/bin/apptainer" || s.overlay != overlayImage ||
+		strings.Join(s.binds, ",") != "/x:/y" || strings.Join(s.forward, ",") != "A,C,B" || s.scratch != scratch {
+		t.Errorf("settings: %+v", s)
+	}
+}
+
+// docker_mount_cwd_to_workspace, declared by docker and by this backend,
+// binds the working directory on /workspace and starts there.
+func TestMountCwdToWorkspace(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{ScratchEnv: t.TempDir(), "TERMINAL_DOCKER_MOUNT_CWD_TO_WORKSPACE": "true"}
+	cfg, err := load(t, env, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Terminal.Set(keyBinds, []string{"/x:/y"}); err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(k string) string { return env[k] }
+	s, err := settingsFrom(backend.Options{Key: "k", Config: cfg.Terminal, Getenv: getenv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(s.binds, ",") != "/x:/y,"+wd+":/workspace" || s.cwd != "/workspace" {
+		t.Errorf("binds %q, cwd %q", s.binds, s.cwd)
+	}
+	cfg.Terminal.Cwd = "/root/project"
+	if s, err = settingsFrom(backend.Options{Key: "k", Config: cfg.Terminal, Getenv: getenv}); err != nil || s.cwd != "/root/project" {
+		t.Errorf("a configured cwd gave way to /workspace: %q %v", s.cwd, err)
 	}
 }
 

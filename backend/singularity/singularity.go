@@ -1,7 +1,7 @@
 // Package singularity is the backend that runs commands in an Apptainer (or
 // SingularityCE) instance per environment key: what HPC clusters offer
 // where Docker is not allowed. It drives the `apptainer` executable (else
-// `singularity`; TERMINAL_SINGULARITY_BINARY forces one) and needs no root.
+// `singularity`; terminal.singularity_binary forces one) and needs no root.
 //
 // # Image
 //
@@ -20,11 +20,11 @@
 //   - with container_persistent, --overlay <scratch>/overlays/<instance>: a
 //     directory when running as root or with user namespaces and
 //     fuse-overlayfs, else an ext3 image made once by `overlay create
-//     --sparse --size <container_disk>` (TERMINAL_SINGULARITY_OVERLAY forces
+//     --sparse --size <container_disk>` (terminal.singularity_overlay forces
 //     dir or image); it is kept across Close and berth restarts;
 //   - otherwise --writable-tmpfs (writes are lost when the instance stops);
-//   - --bind for every singularity_binds entry and docker_volumes entry
-//     (host:container[:ro]), and the working directory on /workspace with
+//   - --bind for every singularity_binds entry (host:container[:ro]), and
+//     the working directory on /workspace with
 //     docker_mount_cwd_to_workspace;
 //   - --cpus and --memory from container_cpu and container_memory when
 //     Apptainer can apply them: a start refused for cgroups is retried
@@ -56,9 +56,9 @@
 // the instance's PID namespace for every exec, so the kill script run by one
 // exec sees and kills the tree of a command started by another. --cleanenv
 // keeps berth's environment (API keys included) out of the container;
-// env_passthrough and singularity_forward_env variables are returned by
-// SessionEnv and exported by the session over the shell's stdin, never in a
-// command line. ProcSpec.Env entries reach the process through
+// env_passthrough, docker_forward_env and singularity_forward_env variables
+// are returned by SessionEnv and exported by the session over the shell's
+// stdin, never in a command line. ProcSpec.Env entries reach the process through
 // APPTAINERENV_ variables of the apptainer process, not its argv. When the
 // instance has vanished (stopped or killed from outside), the next Start
 // starts it again (the overlay keeps the files) and Recreated reports it.
@@ -68,9 +68,15 @@
 //
 // # Settings
 //
-// The backend's own settings are listed in Keys; until the configuration
-// file learns backend-declared keys they are read from their TERMINAL_*
-// environment variables (the .env file beside the config counts).
+// Besides the shared keys (container_*, docker_network, docker_forward_env,
+// env_passthrough, cwd), the backend declares singularity_image,
+// singularity_binary, singularity_binds, singularity_forward_env,
+// singularity_overlay and, like docker, docker_mount_cwd_to_workspace (see
+// keys.go). Like every key they are set in the terminal: section of the
+// config file, by TERMINAL_<NAME> variables (TERMINAL_SINGULARITY_IMAGE,
+// ...) or by flags. docker_volumes is not read: its entries follow Docker's
+// grammar (named volumes, :z, ...), so the binds are singularity_binds.
+// TERMINAL_SCRATCH_DIR is a plain environment variable (ScratchEnv).
 package singularity
 
 import (
@@ -104,6 +110,7 @@ func init() {
 		},
 		Doctor: Doctor,
 		Envs:   envAdmin{},
+		Keys:   configKeys,
 	})
 }
 
@@ -250,8 +257,8 @@ func (b *Backend) NotEnforced() []string {
 	return append([]string(nil), b.notEnforced...)
 }
 
-// SessionEnv returns the env_passthrough and singularity_forward_env
-// variables with their values, for the session to export over the shell's
+// SessionEnv returns the env_passthrough, docker_forward_env and
+// singularity_forward_env variables with their values, for the session to export over the shell's
 // stdin.
 func (b *Backend) SessionEnv() map[string]string {
 	out := make(map[string]string, len(b.sessionEnv))

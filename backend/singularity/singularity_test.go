@@ -34,9 +34,12 @@ func TestHelperBerthProcess(t *testing.T) {
 		t.Skip("helper process for other tests")
 	}
 	env := map[string]string{ScratchEnv: os.Getenv("BERTH_SING_SCRATCH")}
-	cfg := config.Defaults()
+	cfg := config.Default().Terminal
 	cfg.Backend = Name
-	cfg.SingularityImage = os.Getenv("BERTH_SING_IMAGE")
+	if err := cfg.Set(keyImage, os.Getenv("BERTH_SING_IMAGE")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	cfg.ContainerPersistent = os.Getenv("BERTH_SING_PERSISTENT") == "1"
 	opts := backend.Options{Key: os.Getenv("BERTH_SING_KEY"), Config: cfg, Home: os.Getenv("BERTH_SING_HOME"),
 		Getenv: func(k string) string { return env[k] }}
@@ -112,10 +115,12 @@ func testOverlayPersistsAcrossProcesses(t *testing.T, e *testEnv) {
 }
 
 func testImageOverlayPersists(t *testing.T, e *testEnv) {
-	e.setenv("TERMINAL_SINGULARITY_OVERLAY", "image")
-	defer e.setenv("TERMINAL_SINGULARITY_OVERLAY", "")
 	key := randomKey()
-	opts := e.options(key, func(c *config.Terminal) { c.ContainerPersistent = true; c.ContainerDisk = 64 })
+	opts := e.options(key, func(c *config.Terminal) {
+		mustSet(t, c, keyOverlay, "image")
+		c.ContainerPersistent = true
+		c.ContainerDisk = 64
+	})
 	t.Cleanup(func() { envAdmin{}.Remove(context.Background(), opts, key) })
 	b := newBackend(t, opts)
 	if !strings.HasSuffix(b.Overlay(), ".img") {
@@ -243,9 +248,10 @@ func testEnvPassthroughOnly(t *testing.T, e *testEnv) {
 	t.Setenv("OPENAI_API_KEY", "sk-host-leak")
 	e.setenv("BERTH_PASSED", "passed-value")
 	e.setenv("BERTH_FORWARDED", "forwarded-value")
-	e.setenv("TERMINAL_SINGULARITY_FORWARD_ENV", `["BERTH_FORWARDED"]`)
-	defer e.setenv("TERMINAL_SINGULARITY_FORWARD_ENV", "")
-	b := newBackend(t, e.options("", func(c *config.Terminal) { c.EnvPassthrough = []string{"BERTH_PASSED"} }))
+	b := newBackend(t, e.options("", func(c *config.Terminal) {
+		c.EnvPassthrough = []string{"BERTH_PASSED"}
+		mustSet(t, c, keyForwardEnv, []string{"BERTH_FORWARDED"})
+	}))
 	term := newTerminal(t, b)
 	r := term.Run(context.Background(), terminal.Request{Command: "env"})
 	if r.ExitCode != 0 {
@@ -385,7 +391,7 @@ func testSIFCacheBuiltOnce(t *testing.T, e *testEnv) {
 	errs := make([]error, n)
 	for i := range n {
 		recs[i] = &logRecorder{}
-		opts := e.options("", func(c *config.Terminal) { c.SingularityImage = ref })
+		opts := e.options("", func(c *config.Terminal) { mustSet(t, c, keyImage, ref) })
 		opts.Home = home
 		opts.Logger = slog.New(recs[i])
 		wg.Add(1)
@@ -424,7 +430,7 @@ func testSIFCacheBuiltOnce(t *testing.T, e *testEnv) {
 
 func testBuildFailureFallsBack(t *testing.T, e *testEnv) {
 	rec := &logRecorder{}
-	opts := e.options("", func(c *config.Terminal) { c.SingularityImage = "docker://berth-no-such-registry.invalid/img:1" })
+	opts := e.options("", func(c *config.Terminal) { mustSet(t, c, keyImage, "docker://berth-no-such-registry.invalid/img:1") })
 	opts.Logger = slog.New(rec)
 	_, err := New(context.Background(), opts)
 	if err == nil {
@@ -469,18 +475,16 @@ func testNoNetworkAndBinds(t *testing.T, e *testEnv) {
 	data := t.TempDir()
 	ro := t.TempDir()
 	os.WriteFile(filepath.Join(ro, "cred"), []byte("c\n"), 0o600)
-	e.setenv("TERMINAL_SINGULARITY_BINDS", fmt.Sprintf(`[%q]`, ro+":/creds:ro"))
-	defer e.setenv("TERMINAL_SINGULARITY_BINDS", "")
 	b := newBackend(t, e.options("", func(c *config.Terminal) {
 		c.DockerNetwork = false
-		c.DockerVolumes = []string{data + ":/data"}
+		mustSet(t, c, keyBinds, []string{data + ":/data", ro + ":/creds:ro"})
 	}))
 	if out := mustRun(t, b, "cat /proc/net/dev | grep -c :"); out != "1\n" {
 		t.Errorf("interfaces without network: %q", out)
 	}
 	mustRun(t, b, "echo from-inside > /data/f")
 	if got, _ := os.ReadFile(filepath.Join(data, "f")); string(got) != "from-inside\n" {
-		t.Errorf("docker_volumes bind: host sees %q", got)
+		t.Errorf("read-write singularity_binds entry: host sees %q", got)
 	}
 	if out, code := run(t, b, "cat /creds/cred && touch /creds/x 2>&1"); code == 0 || !strings.HasPrefix(out, "c\n") || !strings.Contains(out, "Read-only") {
 		t.Errorf("read-only singularity_binds entry: %d %q", code, out)
@@ -529,21 +533,20 @@ func testDoctor(t *testing.T, e *testEnv) {
 	if !fp.Usable || !strings.HasPrefix(fp.Summary, "apptainer 1.5.") || !contains(fp.Details, "scratch: "+e.scratch) {
 		t.Errorf("doctor: %+v", fp)
 	}
-	fp = Doctor(context.Background(), e.options("", func(c *config.Terminal) { c.SingularityImage = "/nonexistent/x.sif" }))
+	fp = Doctor(context.Background(), e.options("", func(c *config.Terminal) { mustSet(t, c, keyImage, "/nonexistent/x.sif") }))
 	if fp.Usable || !strings.Contains(fp.Fix, "singularity_image") {
 		t.Errorf("doctor with a missing image: %+v", fp)
 	}
 }
 
 func testMissingBinary(t *testing.T, e *testEnv) {
-	e.setenv("TERMINAL_SINGULARITY_BINARY", "berth-no-such-apptainer")
-	defer e.setenv("TERMINAL_SINGULARITY_BINARY", "")
-	_, err := New(context.Background(), e.options("", nil))
+	missing := func(c *config.Terminal) { mustSet(t, c, keyBinary, "berth-no-such-apptainer") }
+	_, err := New(context.Background(), e.options("", missing))
 	var ue *backend.UnreachableError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "berth-no-such-apptainer") {
 		t.Fatalf("New with a missing executable: %v", err)
 	}
-	fp := Doctor(context.Background(), e.options("", nil))
+	fp := Doctor(context.Background(), e.options("", missing))
 	if fp.Usable || fp.Fix == "" {
 		t.Errorf("doctor with a missing executable: %+v", fp)
 	}
