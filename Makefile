@@ -14,6 +14,7 @@ test: deps check
 deps:
 	bash scripts/ensure-docker.sh
 	bash scripts/ensure-sshd.sh
+	bash scripts/ensure-apptainer-deps.sh
 
 check:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
