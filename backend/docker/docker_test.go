@@ -272,13 +272,14 @@ func testHardeningFromInside(t *testing.T) {
 
 func testPidsLimitStopsForkBomb(t *testing.T) {
 	b := newBackend(t, testOptions(t, nil))
-	// Short-lived children, so the container recovers by itself.
-	out, code := run(t, b, `i=0; while [ $i -lt 400 ]; do sleep 4 & i=$((i+1)); echo $i > /tmp/n; done; echo all-started`)
+	// Children that live long enough for the loop to reach the limit even
+	// on a loaded machine, and short enough for the container to recover.
+	out, code := run(t, b, `i=0; while [ $i -lt 400 ]; do sleep 15 & i=$((i+1)); echo $i > /tmp/n; done; echo all-started`)
 	if code == 0 || strings.Contains(out, "all-started") {
 		t.Fatalf("400 processes started despite the pids limit (exit %d): %s", code, out)
 	}
 	t.Logf("fork loop stopped with exit %d: %s", code, strings.TrimSpace(out))
-	time.Sleep(5 * time.Second)
+	time.Sleep(16 * time.Second)
 	n, _ := run(t, b, "cat /tmp/n")
 	if v, err := strconv.Atoi(strings.TrimSpace(n)); err != nil || v >= 256 {
 		t.Errorf("started %q background processes, want < 256", n)
