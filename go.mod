@@ -23,6 +23,8 @@ require (
 	mvdan.cc/sh/v3 v3.14.1
 )
 
+require github.com/pelletier/go-toml/v2 v2.2.4
+
 require (
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/aristanetworks/gomap v0.0.0-20230726210543-f4e41046dced // indirect
@@ -44,7 +46,6 @@ require (
 	github.com/moby/docker-image-spec v1.3.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
-	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
 	github.com/x448/float16 v0.8.4 // indirect

@@ -103,7 +103,7 @@ func (r *router) TaskExecStart(ctx context.Context, req *pb.TaskExecStartRequest
 	if req.HasWorkdir() && req.GetWorkdir() != "" && req.GetWorkdir()[0] != '/' {
 		return nil, status.Errorf(codes.InvalidArgument, "workdir %q must be an absolute path", req.GetWorkdir())
 	}
-	_, secretEnv, err := s.resolveSecrets(req.GetSecretIds())
+	secretMap, secretEnv, err := s.resolveSecrets(req.GetSecretIds())
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +134,9 @@ func (r *router) TaskExecStart(ctx context.Context, req *pb.TaskExecStartRequest
 	cid := sb.containerID
 	sb.mu.Unlock()
 	sb.touch()
+	s.mu.Lock()
+	s.execRecs = append(s.execRecs, ExecRecord{SandboxID: sb.id, ExecID: e.id, Argv: append([]string(nil), req.GetCommandArgs()...), Workdir: req.GetWorkdir(), SecretEnv: secretMap})
+	s.mu.Unlock()
 
 	fail := func(err error) (*pb.TaskExecStartResponse, error) {
 		e.stdout.close()

@@ -103,6 +103,16 @@ type Record struct {
 	Err       error // why it was rejected, if it was
 }
 
+// ExecRecord is one TaskExecStart request as the fake received it.
+type ExecRecord struct {
+	SandboxID string
+	ExecID    string
+	Argv      []string
+	Workdir   string
+	// SecretEnv holds the variables of the secrets the exec references.
+	SecretEnv map[string]string
+}
+
 // Server is a running fake. Its methods are safe for concurrent use.
 type Server struct {
 	docker      *client.Client
@@ -132,6 +142,7 @@ type Server struct {
 	byDocker  map[string]*execProc
 	fsResults map[string]*fsResult
 	records   []Record
+	execRecs  []ExecRecord
 	calls     map[string]int
 }
 
@@ -244,6 +255,23 @@ func (s *Server) Records() []Record {
 	out := make([]Record, len(s.records))
 	for i, r := range s.records {
 		r.Definition = proto.Clone(r.Definition).(*pb.Sandbox)
+		env := make(map[string]string, len(r.SecretEnv))
+		for k, v := range r.SecretEnv {
+			env[k] = v
+		}
+		r.SecretEnv = env
+		out[i] = r
+	}
+	return out
+}
+
+// Execs returns every exec started so far, in order.
+func (s *Server) Execs() []ExecRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ExecRecord, len(s.execRecs))
+	for i, r := range s.execRecs {
+		r.Argv = append([]string(nil), r.Argv...)
 		env := make(map[string]string, len(r.SecretEnv))
 		for k, v := range r.SecretEnv {
 			env[k] = v

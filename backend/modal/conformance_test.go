@@ -1,0 +1,53 @@
+package modal
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/backendtest"
+	"github.com/a55dbaac/berth/config"
+)
+
+// TestConformance is the modal backend's one entry into berth's suite, on
+// the real Modal SDK against the fake control plane: a fresh sandbox per
+// test, persistent sandboxes for the Persistence group (a second backend
+// for a key reattaches; Close snapshots and the next one restores), and the
+// modal-only tests as the Internal group.
+func TestConformance(t *testing.T) {
+	f := newFixture(t)
+	backendtest.Run(t, func(t testing.TB) backend.Backend {
+		return newBackend(t, f.options(t, "", nil))
+	}, backendtest.Options{
+		Reopen: func(t testing.TB, key string) backend.Backend {
+			opts := f.options(t, key, func(c *config.Terminal) { c.ContainerPersistent = true })
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				envAdmin{}.Remove(ctx, opts, key)
+			})
+			return newBackend(t, opts)
+		},
+		KeptDir: "/root",
+		Internal: func(t *testing.T) {
+			for _, c := range []struct {
+				name string
+				fn   func(*testing.T, *fixture)
+			}{
+				{"InterruptAndTimeoutKeepSandboxAndState", testInterruptAndTimeoutKeepSandbox},
+				{"SnapshotRestoreAcrossBackends", testSnapshotRestoreAcrossBackends},
+				{"UnrestorableSnapshotFallsBack", testUnrestorableSnapshot},
+				{"RecreateAfterOutsideTerminate", testRecreateAfterOutsideTerminate},
+				{"NoSecretInDefinitionOrArgv", testNoSecretInDefinition},
+				{"Definition", testDefinition},
+				{"EnvAdmin", testEnvAdmin},
+				{"CrashedBerthsSandboxCleaned", testCrashCleanup},
+				{"WriteFileUsesFileAPI", testWriteFileUsesFileAPI},
+				{"Doctor", testDoctor},
+			} {
+				t.Run(c.name, func(t *testing.T) { c.fn(t, f) })
+			}
+		},
+	})
+}

@@ -1,0 +1,183 @@
+package modal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a55dbaac/berth/backend"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func writeTOML(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "modal.toml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const twoProfiles = `
+[work]
+token_id = "ak-work"
+token_secret = "as-work"
+environment = "dev"
+
+[personal]
+token_id = "ak-personal"
+token_secret = "as-personal"
+server_url = "http://127.0.0.1:1"
+active = true
+`
+
+func TestResolveCredentials(t *testing.T) {
+	home := t.TempDir()
+	cases := []struct {
+		name    string
+		env     map[string]string
+		wantID  string
+		wantEnv string
+		wantURL string
+		source  string // substring of Source, or of the error
+		wantErr bool
+	}{
+		{name: "variables", env: map[string]string{"HOME": home, "MODAL_TOKEN_ID": "ak-1", "MODAL_TOKEN_SECRET": "as-1"},
+			wantID: "ak-1", wantURL: DefaultServerURL, source: "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"},
+		{name: "active profile", env: map[string]string{"MODAL_CONFIG_PATH": "@toml"},
+			wantID: "ak-personal", wantURL: "http://127.0.0.1:1", source: `profile "personal" of `},
+		{name: "MODAL_PROFILE", env: map[string]string{"MODAL_CONFIG_PATH": "@toml", "MODAL_PROFILE": "work", "MODAL_ENVIRONMENT": "prod"},
+			wantID: "ak-work", wantEnv: "prod", wantURL: DefaultServerURL, source: `profile "work" of `},
+		{name: "variable over profile", env: map[string]string{"MODAL_CONFIG_PATH": "@toml", "MODAL_TOKEN_ID": "ak-env", "MODAL_SERVER_URL": "https://example.invalid"},
+			wantID: "ak-env", wantURL: "https://example.invalid", source: `MODAL_TOKEN_ID (environment or .env) with the token_secret of profile "personal"`},
+		{name: "unknown profile", env: map[string]string{"MODAL_CONFIG_PATH": "@toml", "MODAL_PROFILE": "nope"},
+			source: "MODAL_PROFILE=nope names no profile of the config file (it has profiles personal, work)", wantErr: true},
+		{name: "nothing", env: map[string]string{"HOME": home},
+			source: filepath.Join(home, ".modal.toml"), wantErr: true},
+		{name: "only a secret", env: map[string]string{"HOME": home, "MODAL_TOKEN_SECRET": "as-1"},
+			source: "a token secret but no token id", wantErr: true},
+		{name: "missing config path", env: map[string]string{"MODAL_CONFIG_PATH": "/nonexistent/modal.toml"},
+			source: "MODAL_CONFIG_PATH names a file that does not exist", wantErr: true},
+		{name: "bad toml", env: map[string]string{"MODAL_CONFIG_PATH": "@bad"},
+			source: "cannot parse the Modal config file", wantErr: true},
+		{name: "bad server url", env: map[string]string{"HOME": home, "MODAL_TOKEN_ID": "ak-1", "MODAL_TOKEN_SECRET": "as-1", "MODAL_SERVER_URL": "api.modal.com"},
+			source: `server URL "api.modal.com"`, wantErr: true},
+	}
+	good, bad := writeTOML(t, twoProfiles), writeTOML(t, "[x\ntoken_id=")
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				switch v {
+				case "@toml":
+					c.env[k] = good
+				case "@bad":
+					c.env[k] = bad
+				}
+			}
+			cred, err := resolveCredentials(envOf(c.env))
+			if c.wantErr {
+				var ce *CredentialsError
+				if !errors.As(err, &ce) || !strings.Contains(err.Error(), c.source) || !strings.Contains(err.Error(), "modal token new") {
+					t.Fatalf("error %v; want a CredentialsError mentioning %q and `modal token new`", err, c.source)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cred.TokenID != c.wantID || cred.Environment != c.wantEnv || cred.ServerURL != c.wantURL || !strings.Contains(cred.Source, c.source) {
+				t.Fatalf("got %+v; want id %s env %q url %s source ~%q", cred, c.wantID, c.wantEnv, c.wantURL, c.source)
+			}
+		})
+	}
+}
+
+// TestCredentialsAgainstTheFake connects the real SDK with credentials from
+// each source: a profile's server_url and token reach the fake, a wrong
+// secret is the clear CredentialsError, and no server is an
+// UnreachableError. None falls back to anything.
+func TestCredentialsAgainstTheFake(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	toml := writeTOML(t, fmt.Sprintf("[fake]\nserver_url = %q\ntoken_id = %q\ntoken_secret = %q\nactive = true\n",
+		f.srv.URL(), f.srv.TokenID(), f.srv.TokenSecret()))
+	opts := f.options(t, "", nil)
+	opts.Getenv = envOf(map[string]string{"MODAL_CONFIG_PATH": toml})
+	b, err := New(ctx, opts)
+	if err != nil {
+		t.Fatalf("credentials and server from a profile: %v", err)
+	}
+	if out, _ := sh(t, b, "echo via-profile"); out != "via-profile\n" {
+		t.Fatalf("exec: %q", out)
+	}
+	b.Close(ctx)
+
+	opts = f.options(t, "", nil)
+	opts.Getenv = envOf(map[string]string{"MODAL_SERVER_URL": f.srv.URL(), "MODAL_TOKEN_ID": f.srv.TokenID(), "MODAL_TOKEN_SECRET": "as-wrong", "HOME": t.TempDir()})
+	_, err = New(ctx, opts)
+	var ce *CredentialsError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "rejected the token "+f.srv.TokenID()) ||
+		!strings.Contains(err.Error(), "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET") || !strings.Contains(err.Error(), "modal token new") {
+		t.Fatalf("wrong secret: %v; want a CredentialsError naming the source and `modal token new`", err)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	opts.Getenv = envOf(map[string]string{"MODAL_SERVER_URL": dead, "MODAL_TOKEN_ID": "ak-x", "MODAL_TOKEN_SECRET": "as-x", "HOME": t.TempDir()})
+	_, err = New(ctx, opts)
+	var ue *backend.UnreachableError
+	if !errors.As(err, &ue) || ue.Target != dead {
+		t.Fatalf("no server: %v; want an UnreachableError for %s", err, dead)
+	}
+}
+
+func TestSettings(t *testing.T) {
+	f := &fixture{home: t.TempDir(), env: map[string]string{}}
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{EnvApp: "bad app!"}, "TERMINAL_MODAL_APP"},
+		{map[string]string{EnvSandboxTimeout: "0"}, "TERMINAL_MODAL_SANDBOX_TIMEOUT"},
+		{map[string]string{EnvSandboxTimeout: "90000"}, "86400"},
+		{map[string]string{EnvIdleTimeout: "ten"}, "TERMINAL_MODAL_IDLE_TIMEOUT"},
+	} {
+		opts := f.options(t, "", nil)
+		opts.Getenv = envOf(c.env)
+		if _, err := readSettings(opts); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error naming %s", c.env, err, c.want)
+		}
+	}
+	opts := f.options(t, "", nil)
+	opts.Getenv = envOf(map[string]string{EnvApp: "agents", EnvSandboxTimeout: "7200", EnvIdleTimeout: "300"})
+	s, err := readSettings(opts)
+	if err != nil || s.App != "agents" || s.Timeout != 2*time.Hour || s.IdleTimeout != 5*time.Minute {
+		t.Fatalf("settings %+v, %v", s, err)
+	}
+}
+
+func TestSandboxName(t *testing.T) {
+	a, b := sandboxName("u@h:/a", "build/x y"), sandboxName("u@h:/b", "build/x y")
+	if a == b || len(a) >= 64 || !strings.HasPrefix(a, "berth-build-x-y-") {
+		t.Fatalf("names %q %q", a, b)
+	}
+	long := sandboxName("o", strings.Repeat("k", 200))
+	if len(long) >= 64 {
+		t.Fatalf("name of a long key is %d chars", len(long))
+	}
+}
