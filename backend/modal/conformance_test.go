@@ -45,6 +45,7 @@ func TestConformance(t *testing.T) {
 				{"CrashedBerthsSandboxCleaned", testCrashCleanup},
 				{"WriteFileUsesFileAPI", testWriteFileUsesFileAPI},
 				{"Doctor", testDoctor},
+				{"WaitWhenSandboxDiesSilently", testWaitWhenSandboxDiesSilently},
 			} {
 				t.Run(c.name, func(t *testing.T) { c.fn(t, f) })
 			}

@@ -171,6 +171,17 @@ func TestSettings(t *testing.T) {
 	}
 }
 
+func TestSandboxDir(t *testing.T) {
+	for cwd, want := range map[string]string{
+		"": "/root", "~": "/root", ".": "/root", "src": "/root", "~/src": "/root/src",
+		"/workspace/": "/workspace", "/home/me/project": "/root", "/Users/me": "/root", "/tmp": "/tmp",
+	} {
+		if got := sandboxDir(cwd); got != want {
+			t.Errorf("sandboxDir(%q) = %q, want %q", cwd, got, want)
+		}
+	}
+}
+
 func TestSandboxName(t *testing.T) {
 	a, b := sandboxName("u@h:/a", "build/x y"), sandboxName("u@h:/b", "build/x y")
 	if a == b || len(a) >= 64 || !strings.HasPrefix(a, "berth-build-x-y-") {

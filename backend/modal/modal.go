@@ -233,6 +233,7 @@ func (b *Backend) attachOrCreate(ctx context.Context) error {
 		Timeout:      b.set.Timeout,
 		IdleTimeout:  b.set.IdleTimeout,
 		BlockNetwork: !b.set.Network,
+		Workdir:      b.set.Workdir,
 		Name:         name,
 	}
 	sb, err = b.client.Sandboxes.Create(ctx, b.app, img, params)
@@ -366,7 +367,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 			return nil, b.wrap(err, "exec %s in the recreated sandbox %s", spec.Argv[0], b.sb.SandboxID)
 		}
 	}
-	return newProcess(cp), nil
+	return newProcess(cp, b.sb), nil
 }
 
 // dead reports whether the current sandbox has finished (or is unknown).

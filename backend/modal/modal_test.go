@@ -216,7 +216,7 @@ func testDefinition(t *testing.T, f *fixture) {
 	if def.GetTimeoutSecs() != 600 || def.GetIdleTimeoutSecs() != 120 ||
 		def.GetNetworkAccess().GetNetworkAccessType() != pb.NetworkAccess_BLOCKED ||
 		def.GetResources().GetMilliCpu() != 1500 || def.GetResources().GetMemoryMb() != 2048 ||
-		def.GetName() != sandboxName(ownerOf(f.home), opts.Key) {
+		def.GetName() != sandboxName(ownerOf(f.home), opts.Key) || def.GetWorkdir() != "/root" {
 		t.Fatalf("definition: %s", prototext.Format(def))
 	}
 	info := sandboxInfo(t, f.srv, b.SandboxID())
@@ -377,5 +377,36 @@ func testDoctor(t *testing.T, f *fixture) {
 	fp = Doctor(context.Background(), bad)
 	if fp.Usable || !strings.Contains(fp.Summary, "rejected") || !strings.Contains(fp.Fix, "modal token new") {
 		t.Fatalf("doctor with a wrong secret: %+v", fp)
+	}
+}
+
+// testWaitWhenSandboxDiesSilently: a router that never reports the exit
+// status of an exec in a sandbox that finished must not hang Wait.
+func testWaitWhenSandboxDiesSilently(t *testing.T, f *fixture) {
+	b := newBackend(t, f.options(t, "", nil))
+	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"sleep", "3031"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	f.srv.StallExecWait(true)
+	defer f.srv.StallExecWait(false)
+	other := sdkClient(t, f)
+	sb, err := other.Sandboxes.FromID(context.Background(), b.SandboxID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Terminate(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := p.Wait(); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "finished") {
+			t.Fatalf("Wait after the sandbox died: %v, want an error saying it finished", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Wait hung on an exec whose sandbox finished")
 	}
 }

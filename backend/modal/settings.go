@@ -3,6 +3,7 @@ package modal
 import (
 	"fmt"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,10 @@ type settings struct {
 	DiskMB      int     // container_disk: the SDK takes no disk size; reported only
 	Network     bool
 	Persistent  bool
+	// Workdir is the sandbox's working directory: the configured cwd when
+	// it is a path inside the sandbox, else /root (the contract's default
+	// for containers).
+	Workdir string
 	// SessionEnv is delivered into the persistent shell over its stdin:
 	// docker_env, then env_passthrough and docker_forward_env names with
 	// their values from berth's environment.
@@ -65,6 +70,7 @@ func readSettings(opts backend.Options) (settings, error) {
 		Network:    c.DockerNetwork,
 		Persistent: c.ContainerPersistent,
 		SessionEnv: map[string]string{},
+		Workdir:    sandboxDir(c.Cwd),
 	}
 	if s.Key == "" {
 		s.Key = "default"
@@ -129,4 +135,26 @@ func validAppName(s string) bool {
 		}
 	}
 	return true
+}
+
+// homeDir is the sandbox's home and default working directory.
+const homeDir = "/root"
+
+// sandboxDir maps the configured cwd into the sandbox: "", "~", "." and
+// relative paths mean /root, "~/x" means /root/x, and paths that name this
+// machine's home directories (/home, /Users, ...) rather than the sandbox's
+// fall back to /root too.
+func sandboxDir(cwd string) string {
+	cwd = strings.TrimSpace(cwd)
+	switch {
+	case cwd == "", cwd == "~", cwd == ".", !strings.HasPrefix(cwd, "/") && !strings.HasPrefix(cwd, "~/"):
+		return homeDir
+	case strings.HasPrefix(cwd, "~/"):
+		return path.Join(homeDir, cwd[2:])
+	case cwd == "/home" || strings.HasPrefix(cwd, "/home/"),
+		cwd == "/Users" || strings.HasPrefix(cwd, "/Users/"),
+		strings.HasPrefix(cwd, "/private/"), strings.HasPrefix(cwd, "/Volumes/"):
+		return homeDir
+	}
+	return path.Clean(cwd)
 }

@@ -387,6 +387,13 @@ func (r *router) TaskExecWait(ctx context.Context, req *pb.TaskExecWaitRequest) 
 	if err != nil {
 		return nil, err
 	}
+	r.s.mu.Lock()
+	stall := r.s.stallWait
+	r.s.mu.Unlock()
+	if stall {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	select {
 	case <-e.done:
 	case <-ctx.Done():

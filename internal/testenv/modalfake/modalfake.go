@@ -143,6 +143,7 @@ type Server struct {
 	fsResults map[string]*fsResult
 	records   []Record
 	execRecs  []ExecRecord
+	stallWait bool
 	calls     map[string]int
 }
 
@@ -263,6 +264,15 @@ func (s *Server) Records() []Record {
 		out[i] = r
 	}
 	return out
+}
+
+// StallExecWait is fault injection: while on, TaskExecWait never answers
+// (until the caller gives up), as a command router that lost its task
+// might. Clients must not depend on it to notice a dead sandbox.
+func (s *Server) StallExecWait(on bool) {
+	s.mu.Lock()
+	s.stallWait = on
+	s.mu.Unlock()
 }
 
 // Execs returns every exec started so far, in order.
