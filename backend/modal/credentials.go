@@ -44,6 +44,9 @@ type CredentialsError struct {
 	Source string // where the credentials were read, or looked for
 	Reason string // what is wrong
 	Err    error  // the underlying error, if any
+	// Missing is true when no Modal credential is configured at all (as
+	// opposed to one that is incomplete, unreadable or rejected).
+	Missing bool
 }
 
 func (e *CredentialsError) Error() string {
@@ -163,7 +166,7 @@ func resolveCredentials(getenv func(string) string) (credentials, error) {
 		} else if c.TokenSecret != "" {
 			missing = "a token secret but no token id"
 		}
-		return c, &CredentialsError{Source: looked, Reason: "no usable Modal credentials: found " + missing}
+		return c, &CredentialsError{Source: looked, Reason: "no usable Modal credentials: found " + missing, Missing: c.TokenID == "" && c.TokenSecret == ""}
 	}
 	if !strings.HasPrefix(c.ServerURL, "https://") && !strings.HasPrefix(c.ServerURL, "http://") {
 		return c, &CredentialsError{Source: c.Source, Reason: fmt.Sprintf("server URL %q (MODAL_SERVER_URL or server_url) must start with https:// or http://", c.ServerURL)}

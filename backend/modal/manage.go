@@ -2,6 +2,7 @@ package modal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -62,17 +63,29 @@ func owned(ctx context.Context, c *modal.Client, owner, key string) ([]ownedSand
 	return out, nil
 }
 
+// notConfigured reports an error that only says Modal is not set up here:
+// then no sandbox of berth's can be running, and env ls and prune have
+// nothing to do on Modal rather than an error to print.
+func notConfigured(err error) bool {
+	var ce *CredentialsError
+	return errors.As(err, &ce) && ce.Missing
+}
+
 // List returns the running sandboxes of this berth installation and the
-// snapshots kept for keys that have none running, sorted by key.
+// snapshots kept for keys that have none running, sorted by key. Without
+// any Modal credentials it lists the snapshot records only.
 func (envAdmin) List(ctx context.Context, opts backend.Options) ([]backend.EnvInfo, error) {
+	var sbs []ownedSandbox
 	c, _, err := connect(ctx, opts)
-	if err != nil {
+	switch {
+	case notConfigured(err):
+	case err != nil:
 		return nil, err
-	}
-	defer c.Close()
-	sbs, err := owned(ctx, c, ownerOf(opts.Home), "")
-	if err != nil {
-		return nil, err
+	default:
+		defer c.Close()
+		if sbs, err = owned(ctx, c, ownerOf(opts.Home), ""); err != nil {
+			return nil, err
+		}
 	}
 	snaps := snapshots{dir: opts.Home}
 	ids, times, err := snaps.all()
@@ -146,6 +159,9 @@ func dropSnapshot(ctx context.Context, c *modal.Client, snaps snapshots, key str
 // is gone from this machine (left by a crash). It returns their keys.
 func (envAdmin) Prune(ctx context.Context, opts backend.Options, maxAge time.Duration) ([]string, error) {
 	c, _, err := connect(ctx, opts)
+	if notConfigured(err) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

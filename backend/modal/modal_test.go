@@ -305,6 +305,18 @@ func testEnvAdmin(t *testing.T, f *fixture) {
 	if sandboxInfo(t, f.srv, id).Running {
 		t.Fatal("sandbox still running")
 	}
+
+	// Without any Modal credentials, env ls and prune have nothing to say
+	// about Modal (berth cannot have sandboxes there) instead of failing.
+	bare := f.options(t, "", nil)
+	bare.Getenv = envOf(map[string]string{"HOME": t.TempDir()})
+	bare.Home = t.TempDir()
+	if list, err := (envAdmin{}).List(ctx, bare); err != nil || len(list) != 0 {
+		t.Fatalf("env ls without credentials: %v, %v", list, err)
+	}
+	if removed, err := (envAdmin{}).Prune(ctx, bare, 0); err != nil || len(removed) != 0 {
+		t.Fatalf("env prune without credentials: %v, %v", removed, err)
+	}
 }
 
 func contains(list []string, s string) bool {
