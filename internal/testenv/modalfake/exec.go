@@ -168,7 +168,9 @@ func (r *router) TaskExecStart(ctx context.Context, req *pb.TaskExecStartRequest
 	if err != nil {
 		return fail(status.Errorf(codes.FailedPrecondition, "start exec in task %s: %v", sb.taskID, err))
 	}
+	sb.mu.Lock()
 	e.conn = att.HijackedResponse
+	sb.mu.Unlock()
 	s.wg.Add(1)
 	go s.pump(e, req.GetStdoutConfig(), req.GetStderrConfig())
 	if req.HasTimeoutSecs() && req.GetTimeoutSecs() > 0 {

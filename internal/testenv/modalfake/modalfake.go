@@ -369,6 +369,14 @@ func (s *Server) Close() error {
 	}
 	for _, sb := range sbs {
 		sb.awaitRemoved(ctx)
+		// Output nobody will read again must not hold a pump waiting for
+		// room in its buffer.
+		sb.mu.Lock()
+		for _, e := range sb.execs {
+			e.stdout.abort()
+			e.stderr.abort()
+		}
+		sb.mu.Unlock()
 	}
 	s.cancel()
 	errs = append(errs, s.removeLeftovers(ctx, s.instance))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -458,8 +459,32 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if _, err := sb.SnapshotFilesystem(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	newSandbox(t, c, nil)
-	if err := srv.Close(); err != nil {
+	busy := newSandbox(t, c, nil)
+	// More output than the fake buffers, and nobody reading it: the
+	// process blocks on its pipe, as it would on Modal, and Close must
+	// still finish.
+	if _, err := busy.Exec(ctx, []string{"head", "-c", "20000000", "/dev/zero"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until head has written more than the fake holds (it is then
+	// blocked on its pipe).
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		out, _, _ := run(t, busy, "", "sh", "-c", "cat /proc/$(pidof head)/io | sed -n 's/^wchar: //p'")
+		if n, _ := strconv.Atoi(strings.TrimSpace(out)); n > 9<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("head never filled the fake's buffer (wrote %q)", out)
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- srv.Close() }()
+	select {
+	case err = <-closed:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Close hung with unread output")
+	}
+	if err != nil {
 		t.Fatalf("close: %v", err)
 	}
 	f := make(client.Filters).Add("label", modalfake.LabelInstance+"="+srv.Instance())

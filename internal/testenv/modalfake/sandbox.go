@@ -485,8 +485,12 @@ func (s *Server) finish(sb *sandbox, res *pb.GenericResult) bool {
 	sb.finishedAt = time.Now()
 	close(sb.done)
 	execs := make([]*execProc, 0, len(sb.execs))
+	var conns []client.HijackedResponse
 	for _, e := range sb.execs {
 		execs = append(execs, e)
+		if e.conn.Conn != nil {
+			conns = append(conns, e.conn)
+		}
 	}
 	files := sb.files
 	sb.files = map[string]*os.File{}
@@ -495,6 +499,11 @@ func (s *Server) finish(sb *sandbox, res *pb.GenericResult) bool {
 
 	for _, f := range files {
 		f.Close()
+	}
+	// The daemon waits for an exec's output to be taken before it lets the
+	// container go; output nobody reads must not hold the removal up.
+	for _, c := range conns {
+		c.Close()
 	}
 	if cid != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
