@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/config"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -146,28 +147,65 @@ func TestCredentialsAgainstTheFake(t *testing.T) {
 	}
 }
 
+// The modal keys, declared by this package's registration, travel from the
+// file and the TERMINAL_MODAL_* variables into the settings, keep their
+// range checks, and default to the documented values.
 func TestSettings(t *testing.T) {
-	f := &fixture{home: t.TempDir(), env: map[string]string{}}
-	for _, c := range []struct {
-		env  map[string]string
-		want string
-	}{
-		{map[string]string{EnvApp: "bad app!"}, "TERMINAL_MODAL_APP"},
-		{map[string]string{EnvSandboxTimeout: "0"}, "TERMINAL_MODAL_SANDBOX_TIMEOUT"},
-		{map[string]string{EnvSandboxTimeout: "90000"}, "86400"},
-		{map[string]string{EnvIdleTimeout: "ten"}, "TERMINAL_MODAL_IDLE_TIMEOUT"},
-	} {
-		opts := f.options(t, "", nil)
-		opts.Getenv = envOf(c.env)
-		if _, err := readSettings(opts); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: %v, want an error naming %s", c.env, err, c.want)
+	home := t.TempDir()
+	path := filepath.Join(home, "config.yaml")
+	write := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
 		}
 	}
-	opts := f.options(t, "", nil)
-	opts.Getenv = envOf(map[string]string{EnvApp: "agents", EnvSandboxTimeout: "7200", EnvIdleTimeout: "300"})
-	s, err := readSettings(opts)
-	if err != nil || s.App != "agents" || s.Timeout != 2*time.Hour || s.IdleTimeout != 5*time.Minute {
+	write("terminal:\n  backend: modal\n  modal_image: python:3.12-slim\n  modal_sandbox_timeout: 7200\n  docker_env: {\"A\": \"1\"}\n")
+	env := map[string]string{"HOME": home, "BERTH_HOME": home, "TERMINAL_MODAL_APP": "agents", "TERMINAL_MODAL_IDLE_TIMEOUT": "300"}
+	getenv := func(k string) string { return env[k] }
+	cfg, err := config.Load(config.LoadOptions{Getenv: getenv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := readSettings(backend.Options{Config: cfg.Terminal, Getenv: getenv})
+	if err != nil || s.App != "agents" || s.Image != "python:3.12-slim" || s.Timeout != 2*time.Hour ||
+		s.IdleTimeout != 5*time.Minute || s.SessionEnv["A"] != "1" {
 		t.Fatalf("settings %+v, %v", s, err)
+	}
+
+	s, err = readSettings(backend.Options{Config: config.Default().Terminal})
+	if err != nil || s.App != DefaultApp || s.Image != config.DefaultImage || s.Timeout != time.Hour || s.IdleTimeout != 0 || len(s.SessionEnv) != 0 {
+		t.Fatalf("default settings %+v, %v", s, err)
+	}
+
+	for _, bad := range []struct{ env, val, want string }{
+		{"TERMINAL_MODAL_APP", "bad app!", `TERMINAL_MODAL_APP="bad app!": an app name is 1 to 64 letters`},
+		{"TERMINAL_MODAL_SANDBOX_TIMEOUT", "0", `TERMINAL_MODAL_SANDBOX_TIMEOUT="0": must be whole seconds from 1 to 86400`},
+		{"TERMINAL_MODAL_SANDBOX_TIMEOUT", "90000", `TERMINAL_MODAL_SANDBOX_TIMEOUT="90000": must be whole seconds from 1 to 86400`},
+		{"TERMINAL_MODAL_IDLE_TIMEOUT", "ten", `TERMINAL_MODAL_IDLE_TIMEOUT="ten": not an integer`},
+		{"TERMINAL_MODAL_IDLE_TIMEOUT", "-1", `TERMINAL_MODAL_IDLE_TIMEOUT="-1": must be whole seconds from 0 (never)`},
+	} {
+		env := map[string]string{"HOME": home, "BERTH_HOME": home, bad.env: bad.val}
+		_, err := config.Load(config.LoadOptions{Getenv: func(k string) string { return env[k] }})
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s=%q: %v, want an error containing %q", bad.env, bad.val, err, bad.want)
+		}
+	}
+	write("terminal:\n  modal_sandbox_timeout: 0\n")
+	if _, err := config.Load(config.LoadOptions{Getenv: envOf(map[string]string{"HOME": home, "BERTH_HOME": home})}); err == nil ||
+		!strings.Contains(err.Error(), `terminal.modal_sandbox_timeout "0" in `+path) {
+		t.Errorf("modal_sandbox_timeout 0 in the file: %v", err)
+	}
+	var term config.Terminal
+	for name, v := range map[string]any{keyApp: "", keySandboxTimeout: 86401, keyIdleTimeout: -5} {
+		if err := term.Set(name, v); err == nil || !strings.Contains(err.Error(), "terminal."+name) {
+			t.Errorf("Set(%s, %v) = %v, want an error naming the key", name, v, err)
+		}
+	}
+
+	empty := config.Default().Terminal
+	mustSet(&empty, keyImage, " ")
+	if _, err := readSettings(backend.Options{Config: empty}); err == nil || !strings.Contains(err.Error(), "modal_image is empty") {
+		t.Errorf("empty modal_image: %v", err)
 	}
 }
 

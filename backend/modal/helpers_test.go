@@ -49,12 +49,20 @@ func (f *fixture) getenv(k string) string {
 	return f.env[k]
 }
 
+// mustSet sets a configuration key in a test; a refused value is a bug in
+// the test itself.
+func mustSet(c *config.Terminal, name string, v any) {
+	if err := c.Set(name, v); err != nil {
+		panic(err)
+	}
+}
+
 // options builds backend options for key (random when "").
 func (f *fixture) options(t testing.TB, key string, edit func(*config.Terminal)) backend.Options {
 	t.Helper()
-	cfg := config.Defaults()
+	cfg := config.Default().Terminal
 	cfg.Backend = Name
-	cfg.ModalImage = dockerenv.ImageRef
+	mustSet(&cfg, keyImage, dockerenv.ImageRef)
 	cfg.ContainerPersistent = false
 	if edit != nil {
 		edit(&cfg)

@@ -8,8 +8,8 @@
 // running sandbox and berth env ls/rm/prune find it. The sandbox runs
 // modal_image (a registry name, or an "im-..." image id) with the
 // container_cpu and container_memory requests, no network when
-// docker_network is false, and a sandbox timeout and idle timeout (see
-// settings.go); container_disk has no counterpart in the SDK and is not
+// docker_network is false, and modal_sandbox_timeout and
+// modal_idle_timeout (the keys are declared in keys.go); container_disk has no counterpart in the SDK and is not
 // applied.
 //
 // Every process berth starts is one Sandbox.Exec with stdin, stdout and
@@ -69,6 +69,7 @@ func init() {
 		},
 		Doctor: Doctor,
 		Envs:   envAdmin{},
+		Keys:   configKeys,
 	})
 }
 

@@ -167,15 +167,17 @@ func testRecreateAfterOutsideTerminate(t *testing.T, f *fixture) {
 func testNoSecretInDefinition(t *testing.T, f *fixture) {
 	secret := "sk-berth-" + randhex.String(8)
 	pass := "pass-" + randhex.String(8)
+	plain := "plain-" + randhex.String(8)
 	f.setenv("BERTH_TEST_FORWARDED", secret)
 	f.setenv("BERTH_TEST_PASSTHROUGH", pass)
 	b := newBackend(t, f.options(t, "", func(c *config.Terminal) {
 		c.DockerForwardEnv = []string{"BERTH_TEST_FORWARDED"}
 		c.EnvPassthrough = []string{"BERTH_TEST_PASSTHROUGH"}
+		mustSet(c, keyDockerEnv, map[string]string{"BERTH_TEST_PLAIN": plain})
 	}))
 	e := newEnv(t, b)
-	r := mustRun(t, e, terminal.Request{Command: "echo ${#BERTH_TEST_FORWARDED} $BERTH_TEST_PASSTHROUGH"})
-	if r.Output != fmt.Sprintf("%d %s", len(secret), pass) {
+	r := mustRun(t, e, terminal.Request{Command: "echo ${#BERTH_TEST_FORWARDED} $BERTH_TEST_PASSTHROUGH $BERTH_TEST_PLAIN"})
+	if r.Output != fmt.Sprintf("%d %s %s", len(secret), pass, plain) {
 		t.Fatalf("forwarded variables in the session: %q", r.Output)
 	}
 	for _, rec := range f.srv.Records() {
@@ -183,7 +185,7 @@ func testNoSecretInDefinition(t *testing.T, f *fixture) {
 			continue
 		}
 		text := prototext.Format(rec.Definition)
-		if strings.Contains(text, secret) || strings.Contains(text, pass) || len(rec.SecretEnv) > 0 {
+		if strings.Contains(text, secret) || strings.Contains(text, pass) || strings.Contains(text, plain) || len(rec.SecretEnv) > 0 {
 			t.Fatalf("a forwarded value reached the sandbox definition: %s secrets %v", text, rec.SecretEnv)
 		}
 	}
@@ -191,17 +193,16 @@ func testNoSecretInDefinition(t *testing.T, f *fixture) {
 		if x.SandboxID != b.SandboxID() {
 			continue
 		}
-		if strings.Contains(strings.Join(x.Argv, " "), secret) || len(x.SecretEnv) > 0 {
+		if argv := strings.Join(x.Argv, " "); strings.Contains(argv, secret) || strings.Contains(argv, pass) || strings.Contains(argv, plain) || len(x.SecretEnv) > 0 {
 			t.Fatalf("a forwarded value reached an exec: %q %v", x.Argv, x.SecretEnv)
 		}
 	}
 }
 
 func testDefinition(t *testing.T, f *fixture) {
-	f.setenv(EnvSandboxTimeout, "600")
-	f.setenv(EnvIdleTimeout, "120")
-	t.Cleanup(func() { f.setenv(EnvSandboxTimeout, ""); f.setenv(EnvIdleTimeout, "") })
 	opts := f.options(t, "", func(c *config.Terminal) {
+		mustSet(c, keySandboxTimeout, 600)
+		mustSet(c, keyIdleTimeout, 120)
 		c.DockerNetwork = false
 		c.ContainerCPU = 1.5
 		c.ContainerMemory = 2048

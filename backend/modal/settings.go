@@ -4,30 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
-)
-
-// Defaults of the modal backend's own settings.
-const (
-	DefaultApp            = "berth"
-	DefaultSandboxTimeout = time.Hour
-)
-
-// Setting names: the keys under terminal: in the config file and the
-// variables that override them.
-//
-// The contract has no per-backend keys yet; until backend.Registration can
-// declare them, the three modal-only settings are read from these TERMINAL_*
-// variables (the process environment, else berth's .env) and modal_image
-// from the config. One function, readSettings, reads them all.
-const (
-	EnvApp            = "TERMINAL_MODAL_APP"             // modal_app: the Modal app sandboxes run in
-	EnvSandboxTimeout = "TERMINAL_MODAL_SANDBOX_TIMEOUT" // modal_sandbox_timeout: seconds a sandbox may live
-	EnvIdleTimeout    = "TERMINAL_MODAL_IDLE_TIMEOUT"    // modal_idle_timeout: seconds idle before Modal stops it; 0 = never
 )
 
 // settings is everything the backend takes from the configuration.
@@ -52,7 +32,10 @@ type settings struct {
 	SessionEnv map[string]string
 }
 
-// readSettings reads the backend's settings from opts and checks them.
+// readSettings reads the backend's settings from opts and checks what the
+// configuration's own checks cannot: an empty image, negative resources.
+// The modal keys' ranges are checked where they are set (file, variable,
+// flag, Terminal.Set).
 func readSettings(opts backend.Options) (settings, error) {
 	getenv := opts.Getenv
 	if getenv == nil {
@@ -60,45 +43,33 @@ func readSettings(opts backend.Options) (settings, error) {
 	}
 	c := opts.Config
 	s := settings{
-		Key:        opts.Key,
-		App:        DefaultApp,
-		Image:      strings.TrimSpace(c.ModalImage),
-		Timeout:    DefaultSandboxTimeout,
-		CPU:        c.ContainerCPU,
-		MemoryMiB:  c.ContainerMemory,
-		DiskMB:     c.ContainerDisk,
-		Network:    c.DockerNetwork,
-		Persistent: c.ContainerPersistent,
-		SessionEnv: map[string]string{},
-		Workdir:    sandboxDir(c.Cwd),
+		Key:         opts.Key,
+		App:         c.String(keyApp),
+		Image:       strings.TrimSpace(c.String(keyImage)),
+		Timeout:     time.Duration(c.Int(keySandboxTimeout)) * time.Second,
+		IdleTimeout: time.Duration(c.Int(keyIdleTimeout)) * time.Second,
+		CPU:         c.ContainerCPU,
+		MemoryMiB:   c.ContainerMemory,
+		DiskMB:      c.ContainerDisk,
+		Network:     c.DockerNetwork,
+		Persistent:  c.ContainerPersistent,
+		SessionEnv:  c.Map(keyDockerEnv),
+		Workdir:     sandboxDir(c.Cwd),
 	}
 	if s.Key == "" {
 		s.Key = "default"
 	}
-	if v := strings.TrimSpace(getenv(EnvApp)); v != "" {
-		s.App = v
-	}
-	if !validAppName(s.App) {
-		return s, fmt.Errorf("modal: %s=%q: an app name is 1 to 64 letters, digits, '.', '-' or '_'", EnvApp, s.App)
+	if s.SessionEnv == nil {
+		s.SessionEnv = map[string]string{}
 	}
 	if s.Image == "" {
-		return s, fmt.Errorf("modal: modal_image is empty: set it to a registry image (e.g. python:3.12-slim) or an image id (im-...)")
-	}
-	var err error
-	if s.Timeout, err = seconds(getenv, EnvSandboxTimeout, DefaultSandboxTimeout, time.Second); err != nil {
-		return s, err
-	}
-	if s.IdleTimeout, err = seconds(getenv, EnvIdleTimeout, 0, 0); err != nil {
-		return s, err
+		return s, fmt.Errorf("modal: %s is empty: set it to a registry image (e.g. python:3.12-slim) or an image id (im-...)", keyImage)
 	}
 	if s.CPU < 0 {
 		return s, fmt.Errorf("modal: container_cpu=%v must not be negative", s.CPU)
 	}
 	if s.MemoryMiB < 0 {
 		return s, fmt.Errorf("modal: container_memory=%d must not be negative", s.MemoryMiB)
-	}
-	for k, v := range c.DockerEnv {
-		s.SessionEnv[k] = v
 	}
 	for _, list := range [][]string{c.EnvPassthrough, c.DockerForwardEnv} {
 		for _, n := range list {
@@ -108,33 +79,6 @@ func readSettings(opts backend.Options) (settings, error) {
 		}
 	}
 	return s, nil
-}
-
-// seconds reads a whole number of seconds from a variable: at least min,
-// at most Modal's 24 hours.
-func seconds(getenv func(string) string, name string, def, min time.Duration) (time.Duration, error) {
-	v := strings.TrimSpace(getenv(name))
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	d := time.Duration(n) * time.Second
-	if err != nil || d < min || d > 24*time.Hour {
-		return 0, fmt.Errorf("modal: %s=%q: want whole seconds from %d to 86400 (Modal's limit is 24 hours)", name, v, int(min/time.Second))
-	}
-	return d, nil
-}
-
-func validAppName(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // homeDir is the sandbox's home and default working directory.
