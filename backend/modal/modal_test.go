@@ -47,11 +47,24 @@ func testInterruptAndTimeoutKeepSandbox(t *testing.T, f *fixture) {
 	if r.ExitCode != 124 || !strings.HasSuffix(r.Output, "[Command timed out after 1s]") {
 		t.Fatalf("timeout: %q exit %d", r.Output, r.ExitCode)
 	}
+	// Interrupt once the command runs in the sandbox (seen through an exec
+	// of its own), not after a guessed delay.
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(500*time.Millisecond, cancel)
-	r = e.Run(ctx, terminal.Request{Command: "echo start; sleep 3022", Timeout: 60})
+	defer cancel()
+	done := make(chan terminal.Result, 1)
+	go func() { done <- e.Run(ctx, terminal.Request{Command: "echo start; sleep 3022", Timeout: 60}) }()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if out, _ := sh(t, b, "ps | grep -c '[s]leep 3022'"); strings.TrimSpace(out) == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("sleep 3022 never ran in the sandbox")
+		}
+	}
+	cancel()
+	r = <-done
 	if r.ExitCode != 130 || !strings.HasSuffix(r.Output, "[Command interrupted]") {
-		t.Fatalf("interrupt: %q exit %d", r.Output, r.ExitCode)
+		t.Fatalf("interrupt: %q exit %d error %v", r.Output, r.ExitCode, r.Err)
 	}
 
 	r = mustRun(t, e, terminal.Request{Command: "echo $KEEP; pwd; cat /root/state; ps | grep -c '[s]leep 302'"})
