@@ -21,8 +21,12 @@ import (
 
 func hardeningEnvs() map[string]func(t testing.TB) *terminal.Env {
 	return map[string]func(t testing.TB) *terminal.Env{
-		"native": func(t testing.TB) *terminal.Env { return localEnv(t, func(b backend.Backend) backend.Backend { return b }) },
-		"shell":  func(t testing.TB) *terminal.Env { return localEnv(t, func(b backend.Backend) backend.Backend { return shellOnly{b} }) },
+		"native": func(t testing.TB) *terminal.Env {
+			return localEnv(t, func(b backend.Backend) backend.Backend { return b })
+		},
+		"shell": func(t testing.TB) *terminal.Env {
+			return localEnv(t, func(b backend.Backend) backend.Backend { return shellOnly{b} })
+		},
 	}
 }
 
