@@ -178,7 +178,7 @@ func TestSessionCap(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	var rpc struct {
-		ID    int `json:"id"`
+		ID    int                      `json:"id"`
 		Error struct{ Message string } `json:"error"`
 	}
 	json.Unmarshal(body, &rpc)
