@@ -355,8 +355,12 @@ func TestMCPMalformedLines(t *testing.T) {
 		b.send(t, c.line)
 		var v map[string]any
 		for v == nil || v["error"] == nil {
+			var ok bool
 			select {
-			case v = <-b.lines:
+			case v, ok = <-b.lines:
+				if !ok {
+					t.Fatalf("%q: berth mcp ended its output instead of answering", c.line)
+				}
 			case <-time.After(30 * time.Second):
 				t.Fatalf("%q: no answer", c.line)
 			}
