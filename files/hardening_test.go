@@ -1,4 +1,4 @@
-package files
+package files_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/files"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -73,9 +74,9 @@ func TestReadSpecialFileRefusedAtOnce(t *testing.T) {
 		}
 		for _, p := range []string{fifo, "/dev/zero"} {
 			var err error
-			within(t, 10*time.Second, "read_file of "+p, func() { _, err = Read(context.Background(), env, p, 0, 0) })
+			within(t, 10*time.Second, "read_file of "+p, func() { _, err = files.Read(context.Background(), env, p, 0, 0) })
 			wantErr(t, err, "not a regular file")
-			within(t, 10*time.Second, "patch of "+p, func() { _, err = Patch(context.Background(), env, p, "a", "b", false) })
+			within(t, 10*time.Second, "patch of "+p, func() { _, err = files.Patch(context.Background(), env, p, "a", "b", false) })
 			wantErr(t, err, "not a regular file")
 		}
 	})
@@ -87,7 +88,7 @@ func TestPatchCRLFKeepsLineEndings(t *testing.T) {
 	forEachEnv(t, func(t *testing.T, env *terminal.Env) {
 		p := filepath.Join(t.TempDir(), "win.txt")
 		os.WriteFile(p, []byte("one\r\ntwo\r\nthree\r\n"), 0o644)
-		if _, err := Patch(context.Background(), env, p, "two", "2a\n2b", false); err != nil {
+		if _, err := files.Patch(context.Background(), env, p, "two", "2a\n2b", false); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := os.ReadFile(p); string(got) != "one\r\n2a\r\n2b\r\nthree\r\n" {
@@ -96,7 +97,7 @@ func TestPatchCRLFKeepsLineEndings(t *testing.T) {
 		// An LF file stays LF.
 		q := filepath.Join(t.TempDir(), "unix.txt")
 		os.WriteFile(q, []byte("one\ntwo\n"), 0o644)
-		if _, err := Patch(context.Background(), env, q, "two", "2a\n2b", false); err != nil {
+		if _, err := files.Patch(context.Background(), env, q, "two", "2a\n2b", false); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := os.ReadFile(q); string(got) != "one\n2a\n2b\n" {
@@ -119,7 +120,7 @@ func TestWriteDanglingSymlink(t *testing.T) {
 			if err := os.Symlink(target, link); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := Write(context.Background(), env, link, "through "+name+"\n"); err != nil {
+			if _, err := files.Write(context.Background(), env, link, "through "+name+"\n"); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 			if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
@@ -143,14 +144,14 @@ func TestLatin1ReadAndPatch(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "legacy.txt")
 		orig := "caf\xe9 cr\xe8me\nna\xefve\n"
 		os.WriteFile(p, []byte(orig), 0o644)
-		r, err := Read(context.Background(), env, p, 0, 0)
+		r, err := files.Read(context.Background(), env, p, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.Content != "     1|café crème\n     2|naïve" || !strings.Contains(r.Hint, "Latin-1") || r.TotalLines != 2 {
 			t.Fatalf("read: %+v", r)
 		}
-		res, err := Patch(context.Background(), env, p, "naïve", "déjà vu", false)
+		res, err := files.Patch(context.Background(), env, p, "naïve", "déjà vu", false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +161,7 @@ func TestLatin1ReadAndPatch(t *testing.T) {
 		if !strings.Contains(res.Diff, "-naïve\n+déjà vu\n") {
 			t.Fatalf("diff: %q", res.Diff)
 		}
-		_, err = Patch(context.Background(), env, p, "déjà vu", "5 €", false)
+		_, err = files.Patch(context.Background(), env, p, "déjà vu", "5 €", false)
 		wantErr(t, err, "Latin-1", "€")
 		if got, _ := os.ReadFile(p); string(got) != "caf\xe9 cr\xe8me\nd\xe9j\xe0 vu\n" {
 			t.Fatalf("a refused patch changed the file: %q", got)
@@ -178,7 +179,7 @@ func TestWriteInUnwritableDirectory(t *testing.T) {
 		p := filepath.Join(d, "notes.txt")
 		os.WriteFile(p, []byte("old\n"), 0o640)
 		lockDir(t, d)
-		r, err := Write(context.Background(), env, p, "new content\n")
+		r, err := files.Write(context.Background(), env, p, "new content\n")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,14 +191,14 @@ func TestWriteInUnwritableDirectory(t *testing.T) {
 		if string(got) != "new content\n" || fi.Mode().Perm() != 0o640 {
 			t.Fatalf("file holds %q, mode %v", got, fi.Mode())
 		}
-		if _, err := Patch(context.Background(), env, p, "new", "patched", false); err != nil {
+		if _, err := files.Patch(context.Background(), env, p, "new", "patched", false); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := os.ReadFile(p); string(got) != "patched content\n" {
 			t.Fatalf("after patch: %q", got)
 		}
 		// A new file there still cannot be created, and says why.
-		_, err = Write(context.Background(), env, filepath.Join(d, "other.txt"), "x")
+		_, err = files.Write(context.Background(), env, filepath.Join(d, "other.txt"), "x")
 		if err == nil {
 			t.Fatal("a file was created in an unwritable directory")
 		}
@@ -239,7 +240,7 @@ func TestFileToolsRedactSecrets(t *testing.T) {
 				}
 			}
 		}
-		r, err := Read(context.Background(), env, ".env", 0, 0)
+		r, err := files.Read(context.Background(), env, ".env", 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,7 +249,7 @@ func TestFileToolsRedactSecrets(t *testing.T) {
 			t.Fatalf("read_file of .env: %q", r.Content)
 		}
 		for _, off := range []int{1, 3, 4} {
-			r, err = Read(context.Background(), env, "id.pem", off, 0)
+			r, err = files.Read(context.Background(), env, "id.pem", off, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,7 +258,7 @@ func TestFileToolsRedactSecrets(t *testing.T) {
 				t.Fatalf("read at offset %d lost lines: %q", off, r.Content)
 			}
 		}
-		s, err := Search(context.Background(), env, "OPENAI|MIIE|BEGIN", d, "content", "", 0, 3, 0)
+		s, err := files.Search(context.Background(), env, "OPENAI|MIIE|BEGIN", d, "content", "", 0, 3, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +271,7 @@ func TestFileToolsRedactSecrets(t *testing.T) {
 				leaks("search_files context", c.Content)
 			}
 		}
-		_, err = Patch(context.Background(), env, ".env", "OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz012345678X", "x", false)
+		_, err = files.Patch(context.Background(), env, ".env", "OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz012345678X", "x", false)
 		if err == nil {
 			t.Fatal("patch with a wrong old_string succeeded")
 		}
@@ -278,12 +279,12 @@ func TestFileToolsRedactSecrets(t *testing.T) {
 		if !strings.Contains(err.Error(), "OPENAI_API_KEY=sk-proj-[REDACTED]") {
 			t.Fatalf("closest match does not show the (redacted) line: %v", err)
 		}
-		pr, err := Patch(context.Background(), env, ".env", "DEBUG=1", "DEBUG=0", false)
+		pr, err := files.Patch(context.Background(), env, ".env", "DEBUG=1", "DEBUG=0", false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		leaks("patch diff", pr.Diff)
-		pr, err = Patch(context.Background(), env, "id.pem", "tail", "end", false)
+		pr, err = files.Patch(context.Background(), env, "id.pem", "tail", "end", false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,7 +306,7 @@ func TestShellWriteNeverLiesAboutContent(t *testing.T) {
 			p = filepath.Join(d, "g.txt")
 		}
 		before, _ := os.ReadFile(p)
-		r, err := Write(context.Background(), env, p, content)
+		r, err := files.Write(context.Background(), env, p, content)
 		got, _ := os.ReadFile(p)
 		if err == nil && (string(got) != content || r.BytesWritten != int64(len(content))) {
 			t.Fatalf("write %d reported %+v but the file holds %q, want %q", i, r, got, content)
@@ -319,42 +320,37 @@ func TestShellWriteNeverLiesAboutContent(t *testing.T) {
 	}
 }
 
-// writeReply only accepts a measured size equal to the one sent.
-func TestWriteReplyChecksSize(t *testing.T) {
-	tg := target{rel: "/x"}
-	if _, err := writeReply(tg, "TAG", []byte("\nTAG short 0 \n"), 12); err == nil || !strings.Contains(err.Error(), "0 of the 12") {
-		t.Errorf("short write: %v", err)
-	}
-	for _, n := range []string{"-", "0", "11", "abc"} {
-		out := []byte("\nTAG ok " + n + " 1\n/x")
-		if _, err := writeReply(tg, "TAG", out, 12); err == nil {
-			t.Errorf("size %q accepted for 12 bytes sent", n)
-		}
-	}
-	if r, err := writeReply(tg, "TAG", []byte("\nTAG ok 12 1\n/x"), 12); err != nil || r.BytesWritten != 12 || !r.Created {
-		t.Errorf("exact size: %+v %v", r, err)
-	}
-}
-
 // The file scripts ignore the user's shell options and IFS.
 func TestShellScriptsImmuneToUserShellState(t *testing.T) {
 	env := localEnv(t, func(b backend.Backend) backend.Backend { return shellOnly{b} })
 	d := t.TempDir()
 	os.WriteFile(filepath.Join(d, "a.txt"), []byte("alpha\nbeta\n"), 0o644)
 	shell(t, env, "set -o noclobber; set -u; IFS=,")
-	r, err := Read(context.Background(), env, filepath.Join(d, "a.txt"), 0, 0)
+	r, err := files.Read(context.Background(), env, filepath.Join(d, "a.txt"), 0, 0)
 	if err != nil || r.Content != "     1|alpha\n     2|beta" || r.TotalLines != 2 {
 		t.Fatalf("read with IFS=, and set -u: %+v %v", r, err)
 	}
-	big := strings.Repeat("0123456789abcdef", sessionStdinMax/16+10) // the helper path
-	if _, err := Write(context.Background(), env, filepath.Join(d, "a.txt"), big); err != nil {
+	big := strings.Repeat("0123456789abcdef", files.SessionStdinMax/16+10) // the helper path
+	if _, err := files.Write(context.Background(), env, filepath.Join(d, "a.txt"), big); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(filepath.Join(d, "a.txt")); string(got) != big {
 		t.Fatal("large write under noclobber: content differs")
 	}
-	s, err := Search(context.Background(), env, "0123", d, "content", "", 0, 0, 0)
+	s, err := files.Search(context.Background(), env, "0123", d, "content", "", 0, 0, 0)
 	if err != nil || s.Total != 1 {
 		t.Fatalf("search: %+v %v", s, err)
+	}
+}
+
+func wantErr(t *testing.T, err error, parts ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want one containing %q", parts)
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Fatalf("error %q does not contain %q", err, p)
+		}
 	}
 }

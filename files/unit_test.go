@@ -237,3 +237,20 @@ func TestParseGrepLine(t *testing.T) {
 		}
 	}
 }
+
+// writeReply only accepts a measured size equal to the one sent.
+func TestWriteReplyChecksSize(t *testing.T) {
+	tg := target{rel: "/x"}
+	if _, err := writeReply(tg, "TAG", []byte("\nTAG short 0 \n"), 12); err == nil || !strings.Contains(err.Error(), "0 of the 12") {
+		t.Errorf("short write: %v", err)
+	}
+	for _, n := range []string{"-", "0", "11", "abc"} {
+		out := []byte("\nTAG ok " + n + " 1\n/x")
+		if _, err := writeReply(tg, "TAG", out, 12); err == nil {
+			t.Errorf("size %q accepted for 12 bytes sent", n)
+		}
+	}
+	if r, err := writeReply(tg, "TAG", []byte("\nTAG ok 12 1\n/x"), 12); err != nil || r.BytesWritten != 12 || !r.Created {
+		t.Errorf("exact size: %+v %v", r, err)
+	}
+}

@@ -49,8 +49,8 @@ func TestPanicBecomesToolError(t *testing.T) {
 	}
 	left := &atomic.Int32{}
 	left.Store(2)
-	m := manager.NewWithFactory(cfg, nil, func(ctx context.Context, key string) (backend.Backend, error) {
-		be, err := local.New(backend.Options{Config: cfg.Terminal})
+	m := manager.NewWithFactory(cfg, nil, func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
+		be, err := local.New(opts)
 		return panicky{be, left}, err
 	})
 	t.Cleanup(func() { m.CloseAll(context.Background()) })
