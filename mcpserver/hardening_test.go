@@ -84,11 +84,12 @@ func TestShutdownInterruptsAndAnswers(t *testing.T) {
 		err error
 	}
 	done := make(chan answer, 1)
+	arg := fmt.Sprintf("31339.%06d", time.Now().UnixNano()/1000%1000000) // no other process has it
 	go func() {
-		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "terminal", Arguments: map[string]any{"command": "echo started; sleep 31339"}})
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "terminal", Arguments: map[string]any{"command": "echo started; sleep " + arg}})
 		done <- answer{res, err}
 	}()
-	waitFor(t, "the sleep to start", func() bool { return countProcs("sleep\x0031339") == 1 })
+	waitFor(t, "the sleep to start", func() bool { return countProcs("sleep\x00"+arg) == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	srv.Shutdown(ctx)
@@ -105,7 +106,7 @@ func TestShutdownInterruptsAndAnswers(t *testing.T) {
 	if r["exit_code"] != 130.0 || r["output"] != "started\n[Command interrupted]" {
 		t.Fatalf("result %v, want exit 130 and the interrupt marker", r)
 	}
-	if n := countProcs("sleep\x0031339"); n != 0 {
+	if n := countProcs("sleep\x00" + arg); n != 0 {
 		t.Fatalf("%d sleep left running", n)
 	}
 	// Later calls are refused at once, not run.

@@ -609,10 +609,6 @@ func (s *server) register(srv *mcp.Server) {
 }
 
 func (s *server) terminal(ctx context.Context, req *mcp.CallToolRequest, in terminalArgs) (*mcp.CallToolResult, any, error) {
-	if strings.IndexByte(in.Workdir, 0) >= 0 {
-		// Bash would drop the byte and run somewhere else.
-		return &mcp.CallToolResult{IsError: true}, terminal.ErrorResult(fmt.Errorf("workdir %q contains a NUL byte, which no path can hold", in.Workdir)), nil
-	}
 	res := s.m.Terminal(ctx, s.key(req), terminal.Request{
 		Command: in.Command, Background: in.Background, Timeout: in.Timeout, Workdir: in.Workdir, PTY: in.PTY,
 	})

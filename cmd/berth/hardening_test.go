@@ -145,6 +145,12 @@ func toolResult(t *testing.T, v map[string]any) (map[string]any, bool) {
 	return sc, isErr
 }
 
+// uniqueArg is a sleep argument no other process has: n seconds and a
+// fraction unique to this run.
+func uniqueArg(n int) string {
+	return fmt.Sprintf("%d.%06d", n, time.Now().UnixNano()/1000%1000000)
+}
+
 // waitProcs waits until n processes have needle in their cmdline.
 func waitProcs(t *testing.T, needle string, n int) {
 	t.Helper()
@@ -179,8 +185,9 @@ func TestMCPSignalInterruptsForeground(t *testing.T) {
 	for i, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			b := startRawMCP(t)
-			needle := fmt.Sprintf("sleep\x00%d", 31350+i)
-			b.send(t, toolCall(2, "terminal", map[string]any{"command": fmt.Sprintf("echo started; sleep %d", 31350+i)}))
+			arg := uniqueArg(31350 + i)
+			needle := "sleep\x00" + arg
+			b.send(t, toolCall(2, "terminal", map[string]any{"command": "echo started; sleep " + arg}))
 			waitProcs(t, needle, 1)
 			start := time.Now()
 			b.cmd.Process.Signal(sig)
@@ -207,10 +214,11 @@ func TestMCPSignalInterruptsForeground(t *testing.T) {
 // F5: a second signal exits at once, even while the first one waits for a
 // command that ignores it.
 func TestMCPSecondSignalExitsAtOnce(t *testing.T) {
-	t.Cleanup(func() { killLeftovers("sleep\x0031360") })
+	arg := uniqueArg(31360)
+	t.Cleanup(func() { killLeftovers("sleep\x00" + arg) })
 	b := startRawMCP(t, "TERMINAL_DAEMON_TERM_GRACE_SECONDS=60")
-	b.send(t, toolCall(2, "terminal", map[string]any{"command": "trap '' INT TERM HUP; sleep 31360"}))
-	waitProcs(t, "sleep\x0031360", 1)
+	b.send(t, toolCall(2, "terminal", map[string]any{"command": "trap '' INT TERM HUP; sleep " + arg}))
+	waitProcs(t, "sleep\x00"+arg, 1)
 	b.cmd.Process.Signal(syscall.SIGTERM)
 	time.Sleep(500 * time.Millisecond)
 	select {
@@ -232,8 +240,9 @@ func TestMCPSecondSignalExitsAtOnce(t *testing.T) {
 // F5: berth exec and berth shell interrupt their command on SIGTERM and
 // exit within the grace period plus 3 s, leaving nothing behind.
 func TestExecAndShellSignal(t *testing.T) {
+	arg := uniqueArg(31361)
 	for name, args := range map[string][]string{
-		"exec":  {"exec", "--", "sleep 31361"},
+		"exec":  {"exec", "--", "sleep " + arg},
 		"shell": {"shell", "--json"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -250,9 +259,9 @@ func TestExecAndShellSignal(t *testing.T) {
 				t.Fatal(err)
 			}
 			if name == "shell" {
-				io.WriteString(stdin, "sleep 31361\n")
+				io.WriteString(stdin, "sleep "+arg+"\n")
 			}
-			waitProcs(t, "sleep\x0031361", 1)
+			waitProcs(t, "sleep\x00"+arg, 1)
 			cmd.Process.Signal(syscall.SIGTERM)
 			done := make(chan struct{})
 			go func() { cmd.Wait(); close(done) }()
@@ -269,7 +278,7 @@ func TestExecAndShellSignal(t *testing.T) {
 			if !strings.Contains(out.String(), "[Command interrupted]") {
 				t.Fatalf("output %q lacks the interrupt marker", out.String())
 			}
-			if n := countHostProcs("sleep\x0031361"); n != 0 {
+			if n := countHostProcs("sleep\x00" + arg); n != 0 {
 				t.Fatalf("%d sleep left running", n)
 			}
 		})
@@ -302,6 +311,7 @@ func TestServeSignalInterruptsForeground(t *testing.T) {
 		<-exited
 	})
 	url := <-urlc
+	arg := uniqueArg(31362)
 	tr := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: withToken{"tok"}}}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil).Connect(context.Background(), tr, nil)
 	if err != nil {
@@ -314,10 +324,10 @@ func TestServeSignalInterruptsForeground(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "terminal", Arguments: map[string]any{"command": "echo started; sleep 31362"}})
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "terminal", Arguments: map[string]any{"command": "echo started; sleep " + arg}})
 		done <- answer{res, err}
 	}()
-	waitProcs(t, "sleep\x0031362", 1)
+	waitProcs(t, "sleep\x00"+arg, 1)
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-exited:
@@ -333,7 +343,7 @@ func TestServeSignalInterruptsForeground(t *testing.T) {
 	if r["exit_code"] != 130.0 || r["output"] != "started\n[Command interrupted]" {
 		t.Fatalf("interrupted call: %v", r)
 	}
-	if n := countHostProcs("sleep\x0031362"); n != 0 {
+	if n := countHostProcs("sleep\x00" + arg); n != 0 {
 		t.Fatalf("%d sleep left running", n)
 	}
 }
@@ -392,22 +402,21 @@ func TestMCPLargeWrites(t *testing.T) {
 	b := startRawMCP(t)
 	dir := t.TempDir()
 	// 10 MiB of control bytes: 60 MiB once JSON-escaped as \u0001.
-	content := strings.Repeat("\x01", 10<<20)
-	b.send(t, bigWrite(2, dir+"/ctl.bin", `\u0001`, 10<<20))
+	b.sendBigWrite(t, 2, dir+"/ctl.bin", `\u0001`, 10<<20)
 	r, isErr := toolResult(t, b.reply(t, 2))
-	if isErr || r["bytes_written"] != float64(len(content)) {
+	if isErr || r["bytes_written"] != float64(10<<20) {
 		t.Fatalf("10 MiB escaped write: %v", r)
 	}
-	if fi, err := os.Stat(dir + "/ctl.bin"); err != nil || fi.Size() != int64(len(content)) {
+	if fi, err := os.Stat(dir + "/ctl.bin"); err != nil || fi.Size() != 10<<20 {
 		t.Fatalf("file after the 10 MiB write: %v %v", fi, err)
 	}
-	b.send(t, bigWrite(3, dir+"/over.txt", "y", 10<<20+1))
+	b.sendBigWrite(t, 3, dir+"/over.txt", "y", 10<<20+1)
 	r, isErr = toolResult(t, b.reply(t, 3))
 	if !isErr || !strings.Contains(fmt.Sprint(r["error"]), "at most 10 MiB") {
 		t.Fatalf("write over the content limit: %v", r)
 	}
 	// A line over the 64 MiB message limit.
-	b.send(t, bigWrite(4, dir+"/huge.txt", `\u0002`, 12<<20))
+	b.sendBigWrite(t, 4, dir+"/huge.txt", `\u0002`, 12<<20)
 	r, isErr = toolResult(t, b.reply(t, 4))
 	if !isErr || !strings.Contains(fmt.Sprint(r["error"]), "write_file: the request is larger than 64 MiB") {
 		t.Fatalf("write over the message limit: %v", r)
@@ -423,12 +432,23 @@ func TestMCPLargeWrites(t *testing.T) {
 	}
 }
 
-// bigWrite is a write_file line whose content is n times the JSON-escaped
-// character esc (built directly: encoding it is slow under -race).
-func bigWrite(id int, path, esc string, n int) string {
+// sendBigWrite streams a write_file line whose content is n times the
+// JSON-escaped character esc. It is never held in memory: a child forked
+// by a later test would inherit it in its peak RSS, which tests measure.
+func (b *rawMCP) sendBigWrite(t *testing.T, id int, path, esc string, n int) {
+	t.Helper()
 	p, _ := json.Marshal(path)
-	return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"write_file","arguments":{"path":%s,"content":"%s"}}}`,
-		id, p, strings.Repeat(esc, n))
+	chunk := strings.Repeat(esc, 64<<10)
+	w := bufio.NewWriterSize(b.stdin, 1<<20)
+	fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"write_file","arguments":{"path":%s,"content":"`, id, p)
+	for ; n >= 64<<10; n -= 64 << 10 {
+		w.WriteString(chunk)
+	}
+	w.WriteString(strings.Repeat(esc, n))
+	w.WriteString("\"}}}\n")
+	if err := w.Flush(); err != nil {
+		t.Fatalf("write to berth mcp: %v", err)
+	}
 }
 
 // L8, L18: berth serve caps sessions, accepts the scheme in any case,
@@ -494,13 +514,18 @@ func TestServeLimits(t *testing.T) {
 
 // L11: a --timeout that would overflow is refused with its value named.
 func TestTimeoutOverflowRefused(t *testing.T) {
-	for _, v := range []string{"18446744074", "9223372037", "2147483648"} {
-		out, errs, code, _ := berth(t, "", "exec", "--timeout", v, "--", "echo ran")
-		if code != errorStatus || strings.Contains(out, "ran") || !strings.Contains(errs, v) || !strings.Contains(errs, "at most") {
-			t.Fatalf("--timeout %s: exit %d, out %q, err %q", v, code, out, errs)
+	for _, args := range [][]string{
+		{"exec", "--timeout", "18446744074", "--", "echo ran"},
+		{"exec", "--timeout", "9223372037", "--", "echo ran"},
+		{"exec", "--timeout", "86401", "--", "echo ran"},
+		{"mcp", "--timeout", "18446744074"}, // the default timeout, which no request checks
+	} {
+		out, errs, code, _ := berth(t, "", args...)
+		if code != errorStatus || strings.Contains(out, "ran") || !strings.Contains(errs, "--timeout "+args[2]) || !strings.Contains(errs, "at most 86400") {
+			t.Fatalf("%v: exit %d, out %q, err %q", args, code, out, errs)
 		}
 	}
-	if out, _, code, _ := berth(t, "", "exec", "--timeout", "2147483647", "--", "echo ran"); code != 0 || out != "ran\n" {
-		t.Fatalf("the largest timeout: exit %d %q", code, out)
+	if out, errs, code, _ := berth(t, "", "exec", "--timeout", "86400", "--", "echo ran"); code != 0 || out != "ran\n" {
+		t.Fatalf("the largest timeout: exit %d %q %q", code, out, errs)
 	}
 }

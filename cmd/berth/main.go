@@ -19,6 +19,7 @@ import (
 
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/manager"
+	"github.com/a55dbaac/berth/terminal"
 
 	_ "github.com/a55dbaac/berth/backend/all"
 )
@@ -32,10 +33,6 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 // backend), distinct from any status a command returns; docker run uses the
 // same number.
 const errorStatus = 125
-
-// maxTimeout is the largest --timeout accepted, in seconds: far beyond any
-// real command, and far below where seconds overflow a time.Duration.
-const maxTimeout = 1<<31 - 1
 
 // common holds the flags shared by commands that run things.
 type common struct {
@@ -70,8 +67,10 @@ func (c *common) load() (*config.Config, error) {
 	if c.timeout < 0 {
 		return nil, fmt.Errorf("--timeout %d: must be a whole number of seconds >= 1", c.timeout)
 	}
-	if c.timeout > maxTimeout {
-		return nil, fmt.Errorf("--timeout %d: at most %d seconds (about 68 years) can be given; use a smaller number of seconds", c.timeout, maxTimeout)
+	if c.timeout > terminal.MaxTimeout {
+		// Also the default timeout of berth mcp and serve, which no
+		// request validates: refused here before it can overflow.
+		return nil, fmt.Errorf("--timeout %d: at most %d seconds (one day); run longer work in the background", c.timeout, terminal.MaxTimeout)
 	}
 
 	if c.timeout > 0 {
