@@ -643,52 +643,14 @@ const processDesc = `Follow and control processes started with terminal(backgrou
 Output is cleaned like terminal output. Unknown ids answer status "not_found".`
 
 func (s *server) process(ctx context.Context, req *mcp.CallToolRequest, in processArgs) (*mcp.CallToolResult, any, error) {
-	key := s.key(req)
-	id := in.SessionID
-	if !strings.EqualFold(strings.TrimSpace(in.Action), "list") && strings.TrimSpace(id) != "" {
-		// A session reaches only the processes started in its own
-		// environment: another session's ids are unknown here, whole or
-		// by prefix.
-		full, res := ownProcess(s.m.Processes().List(key), id)
-		if res != nil {
-			return &mcp.CallToolResult{IsError: true}, res, nil
-		}
-		id = full
-	}
-	res := s.m.Process(ctx, key, process.Request{
-		Action: in.Action, SessionID: id, Data: in.Data, Timeout: in.Timeout, Offset: in.Offset, Limit: in.Limit,
+	// The key scopes every action: a session reaches only the processes
+	// started in its own environment (the process package answers
+	// not_found for another's, whole id or prefix).
+	res := s.m.Process(ctx, s.key(req), process.Request{
+		Action: in.Action, SessionID: in.SessionID, Data: in.Data, Timeout: in.Timeout, Offset: in.Offset, Limit: in.Limit,
 	})
 	_, failed := res["error"]
 	return &mcp.CallToolResult{IsError: failed}, res, nil
-}
-
-// ownProcess resolves a session id (whole, or a unique prefix of 4 or more
-// hex characters, with or without "proc_") among procs, the processes of
-// the caller's environment. It returns the full id, or the not_found
-// result the process tool gives for an unknown id.
-func ownProcess(procs []*process.Proc, id string) (string, process.Result) {
-	want := strings.TrimPrefix(strings.TrimSpace(id), "proc_")
-	var match string
-	n := 0
-	for _, p := range procs {
-		hex := strings.TrimPrefix(p.ID, "proc_")
-		if hex == want {
-			return p.ID, nil
-		}
-		if len(want) >= 4 && strings.HasPrefix(hex, want) {
-			match = p.ID
-			n++
-		}
-	}
-	switch {
-	case len(want) < 4:
-		return "", process.Result{"status": "not_found", "error": fmt.Sprintf("No process with ID %q (give at least 4 characters of the id)", id)}
-	case n > 1:
-		return "", process.Result{"status": "not_found", "error": fmt.Sprintf("ID prefix %q matches several processes; give more characters", id)}
-	case n == 0:
-		return "", process.Result{"status": "not_found", "error": fmt.Sprintf("No process with ID %q", id)}
-	}
-	return match, nil
 }
 
 // env returns the environment for a file tool call.
