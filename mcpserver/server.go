@@ -427,43 +427,56 @@ func limitBody(limit int, next http.Handler) http.Handler {
 	})
 }
 
-// capSessions refuses a request that would open a session (a POST without
-// Mcp-Session-Id) while max sessions are open or being opened.
+// capSessions refuses an initialize request that would open a session (a
+// POST without Mcp-Session-Id) while max sessions are open or being
+// opened. Other requests without a session id (a server/discover probe)
+// get a session the SDK closes when they end, and are not counted.
 func capSessions(srv *mcp.Server, max int, next http.Handler) http.Handler {
 	if max < 0 {
 		return next
 	}
 	var mu sync.Mutex
 	opening := 0
+	open := map[string]bool{} // ids of the sessions initialize opened
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
 			next.ServeHTTP(w, r)
 			return
 		}
-		mu.Lock()
-		n := opening
-		for range srv.Sessions() {
-			n++
+		// limitBody has buffered the body: peek at it and put it back.
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		head := peekCall(body[:min(len(body), headBytes)])
+		if head.method != "initialize" {
+			next.ServeHTTP(w, r)
+			return
 		}
-		if n >= max {
-			mu.Unlock()
-			var id json.RawMessage
-			if body, err := io.ReadAll(io.LimitReader(r.Body, headBytes)); err == nil {
-				id = peekID(body)
+		mu.Lock()
+		live := map[string]bool{}
+		for ss := range srv.Sessions() {
+			live[ss.ID()] = true
+		}
+		for id := range open {
+			if !live[id] {
+				delete(open, id)
 			}
+		}
+		if len(open)+opening >= max {
+			mu.Unlock()
 			w.Header().Set("Retry-After", "10")
-			writeRPCError(w, http.StatusServiceUnavailable, id, -32000,
+			writeRPCError(w, http.StatusServiceUnavailable, head.id, -32000,
 				fmt.Sprintf("berth serve: %d MCP sessions are open, the most it allows (berth serve --max-sessions); end a session you no longer use (HTTP DELETE, or close the client) or raise the cap", max))
 			return
 		}
 		opening++
 		mu.Unlock()
-		defer func() {
-			mu.Lock()
-			opening--
-			mu.Unlock()
-		}()
 		next.ServeHTTP(w, r)
+		mu.Lock()
+		opening--
+		if id := w.Header().Get("Mcp-Session-Id"); id != "" {
+			open[id] = true
+		}
+		mu.Unlock()
 	})
 }
 
