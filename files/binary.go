@@ -2,6 +2,7 @@ package files
 
 import (
 	"bytes"
+	"fmt"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -55,12 +56,26 @@ var magic = []struct {
 }
 
 // binaryKind names the type of a file whose first bytes are sample, or
-// returns "" when it is text. truncated reports that the file goes on
-// after the sample, so a multi-byte character cut at its end is fine.
-// Signatures that are also plausible text (BM, MZ, ID3, RIFF, ...) only
-// count when the sample is not valid UTF-8 text.
+// returns "" when it is text (UTF-8, or Latin-1: see textKind). truncated
+// reports that the file goes on after the sample, so a multi-byte character
+// cut at its end is fine.
 func binaryKind(sample []byte, truncated bool) string {
-	text := bytes.IndexByte(sample, 0) < 0 && validUTF8(sample, truncated)
+	kind, _ := textKind(sample, truncated)
+	return kind
+}
+
+// textKind classifies a file by its first bytes: kind names the type of a
+// binary file ("" for text), and latin1 reports text that is not UTF-8 but
+// reads as single-byte ISO-8859-1 (Latin-1): no NUL and hardly any control
+// characters. Such files are old source code, logs and configuration from
+// systems that predate UTF-8; every byte is one character, so they decode
+// and encode back without loss. Signatures that are also plausible text
+// (BM, MZ, ID3, RIFF, ...) only count when the sample is not text.
+func textKind(sample []byte, truncated bool) (kind string, latin1 bool) {
+	nul := bytes.IndexByte(sample, 0) >= 0
+	utf8Text := !nul && validUTF8(sample, truncated)
+	latin1 = !nul && !utf8Text && singleByteText(sample)
+	text := utf8Text || latin1
 	for _, m := range magic {
 		if len(sample) < m.off+len(m.sig) || string(sample[m.off:m.off+len(m.sig)]) != m.sig {
 			continue
@@ -68,15 +83,51 @@ func binaryKind(sample []byte, truncated bool) string {
 		if text && !strongMagic(m.sig) {
 			continue
 		}
-		return m.name
+		return m.name, false
 	}
 	switch {
-	case bytes.IndexByte(sample, 0) >= 0:
-		return "binary data (contains NUL bytes)"
+	case nul:
+		return "binary data (contains NUL bytes)", false
 	case !text:
-		return "binary data (not valid UTF-8 text)"
+		return "binary data (neither UTF-8 nor Latin-1 text)", false
 	}
-	return ""
+	return "", latin1
+}
+
+// singleByteText reports whether b reads as single-byte text: control
+// characters other than tab, newline, carriage return, form feed, vertical
+// tab and escape make up at most 1% of it (random binary data has about
+// 12%).
+func singleByteText(b []byte) bool {
+	ctl := 0
+	for _, c := range b {
+		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v' && c != 0x1b || c == 0x7f {
+			ctl++
+		}
+	}
+	return len(b) > 0 && ctl*100 <= len(b)
+}
+
+// decodeLatin1 returns the Latin-1 bytes b as UTF-8 text.
+func decodeLatin1(b []byte) string {
+	r := make([]rune, len(b))
+	for i, c := range b {
+		r[i] = rune(c)
+	}
+	return string(r)
+}
+
+// encodeLatin1 turns text back into Latin-1 bytes. It fails, naming the
+// first offending character, when s holds one that Latin-1 cannot.
+func encodeLatin1(s string) (string, error) {
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		if r > 0xff {
+			return "", fmt.Errorf("the text holds %q (U+%04X), which Latin-1 cannot store", r, r)
+		}
+		b = append(b, byte(r))
+	}
+	return string(b), nil
 }
 
 // strongMagic reports whether a signature cannot start a text file.

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,16 +40,21 @@ func Patch(ctx context.Context, env *terminal.Env, path, old, new string, replac
 	if err != nil {
 		return PatchResult{}, fmt.Errorf("patch: %w", err)
 	}
-	content, err := readAll(ctx, env, t)
+	content, latin1, err := readAll(ctx, env, t)
 	if err != nil {
 		return PatchResult{}, fmt.Errorf("patch: %w", err)
 	}
 	count := strings.Count(content, old)
+	crlfMatch := false
 	if count == 0 && strings.Contains(content, "\r\n") && !strings.Contains(old, "\r") {
 		crlfOld := strings.ReplaceAll(old, "\n", "\r\n")
 		if c := strings.Count(content, crlfOld); c > 0 {
-			old, new, count = crlfOld, strings.ReplaceAll(new, "\n", "\r\n"), c
+			old, count, crlfMatch = crlfOld, c, true
 		}
+	}
+	if (crlfMatch || crlfFile(content)) && !strings.Contains(new, "\r") {
+		// Lines inserted into a CRLF file end like its other lines.
+		new = strings.ReplaceAll(new, "\n", "\r\n")
 	}
 	switch {
 	case count == 0:
@@ -68,13 +71,46 @@ func Patch(ctx context.Context, env *terminal.Env, path, old, new string, replac
 	if len(updated) > MaxWriteBytes {
 		return PatchResult{}, fmt.Errorf("patch: the patched file would be %s, over the %s limit", mib(len(updated)), mib(MaxWriteBytes))
 	}
-	if _, err := Write(ctx, env, t.String(), updated); err != nil {
+	data := updated
+	if latin1 {
+		if data, err = encodeLatin1(updated); err != nil {
+			return PatchResult{}, fmt.Errorf("patch: %s is Latin-1 (ISO-8859-1) text, and new_string cannot be stored in it: %w; convert the file to UTF-8 first (iconv -f latin1 -t utf-8) or use characters Latin-1 has", t, err)
+		}
+	}
+	if _, err := Write(ctx, env, t.String(), data); err != nil {
 		return PatchResult{}, fmt.Errorf("patch: %w", errors.Unwrap(err))
 	}
 	if !replaceAll {
 		count = 1
 	}
-	return PatchResult{Path: t.String(), Replacements: count, Diff: UnifiedDiff("a/"+strings.TrimPrefix(t.String(), "/"), "b/"+strings.TrimPrefix(t.String(), "/"), content, updated)}, nil
+	diff := UnifiedDiff("a/"+strings.TrimPrefix(t.String(), "/"), "b/"+strings.TrimPrefix(t.String(), "/"), content, updated)
+	return PatchResult{Path: t.String(), Replacements: count, Diff: redactDiff(diff)}, nil
+}
+
+// crlfFile reports whether most of content's line endings are CRLF.
+func crlfFile(content string) bool {
+	crlf := strings.Count(content, "\r\n")
+	return crlf > 0 && crlf*2 > strings.Count(content, "\n")
+}
+
+// redactDiff redacts the text lines of a unified diff (see redactLines),
+// keeping its headers and the one-character prefix of each line.
+func redactDiff(diff string) string {
+	lines := strings.Split(diff, "\n")
+	body := make([]string, 0, len(lines))
+	var at []int
+	for i, l := range lines {
+		if i < 2 || l == "" || strings.HasPrefix(l, "@@ ") || strings.HasPrefix(l, "\\") {
+			continue
+		}
+		at = append(at, i)
+		body = append(body, l[1:])
+	}
+	for k, red := range redactLines(body) {
+		i := at[k]
+		lines[i] = lines[i][:1] + red
+	}
+	return strings.Join(lines, "\n")
 }
 
 // occurrenceLines lists the line numbers where old starts, at most max.
@@ -95,30 +131,29 @@ func occurrenceLines(content, old string, max int) string {
 	return strings.Join(nums, ", ")
 }
 
-// readAll reads a whole text file for editing.
-func readAll(ctx context.Context, env *terminal.Env, t target) (string, error) {
+// readAll reads a whole text file for editing. A Latin-1 file is returned
+// decoded, with latin1 set.
+func readAll(ctx context.Context, env *terminal.Env, t target) (content string, latin1 bool, err error) {
 	var data []byte
 	if native(env) {
 		p, err := t.hostPath()
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
-		st, err := os.Stat(p)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return "", notFound(t, listHostDir(filepath.Dir(p)))
-		case err != nil:
-			return "", fmt.Errorf("stat %s: %w", t, unwrapPath(err))
-		case st.IsDir():
-			return "", isDir(t)
-		case !st.Mode().IsRegular():
-			return "", notRegular(t)
-		case st.Size() > MaxWriteBytes:
-			return "", fmt.Errorf("%s is %s; patch edits files up to %s", t, mib(int(st.Size())), mib(MaxWriteBytes))
-		}
-		data, err = os.ReadFile(p)
+		f, st, err := openRegular(t, p)
 		if err != nil {
-			return "", fmt.Errorf("read %s: %w", t, unwrapPath(err))
+			return "", false, err
+		}
+		defer f.Close()
+		if st.Size() > MaxWriteBytes {
+			return "", false, fmt.Errorf("%s is %s; patch edits files up to %s", t, mib(int(st.Size())), mib(MaxWriteBytes))
+		}
+		data, err = io.ReadAll(io.LimitReader(f, MaxWriteBytes+1))
+		if err != nil {
+			return "", false, fmt.Errorf("read %s: %w", t, unwrapPath(err))
+		}
+		if len(data) > MaxWriteBytes {
+			return "", false, fmt.Errorf("%s grew past %s while being read; patch edits files up to %s", t, mib(MaxWriteBytes), mib(MaxWriteBytes))
 		}
 	} else {
 		tag := newTag()
@@ -128,36 +163,40 @@ func readAll(ctx context.Context, env *terminal.Env, t target) (string, error) {
 fi`, tag, t.word(), t.dir().word(), MaxWriteBytes)
 		out, err := runScript(ctx, env, script, nil, MaxWriteBytes+64<<10)
 		if err != nil {
-			return "", fmt.Errorf("read %s: %w", t, err)
+			return "", false, fmt.Errorf("read %s: %w", t, err)
 		}
 		r, ok := parseReply(tag, out)
 		if !ok {
-			return "", fmt.Errorf("read %s: unexpected reply from the environment: %q", t, clip(out, 300))
+			return "", false, fmt.Errorf("read %s: unexpected reply from the environment: %q", t, clip(out, 300))
 		}
 		switch r.status {
 		case "ok":
 			data = r.payload
 		case "isdir":
-			return "", isDir(t)
+			return "", false, isDir(t)
 		case "special":
-			return "", notRegular(t)
+			return "", false, notRegular(t)
 		case "missing":
-			return "", notFound(t, splitNames(r.payload))
+			return "", false, notFound(t, splitNames(r.payload))
 		case "nodir":
-			return "", notFound(t, nil)
+			return "", false, notFound(t, nil)
 		case "noperm":
-			return "", fmt.Errorf("%s: permission denied", t)
+			return "", false, fmt.Errorf("%s: permission denied", t)
 		case "big":
 			n, _ := strconv.Atoi(strings.Join(r.fields, ""))
-			return "", fmt.Errorf("%s is %s; patch edits files up to %s", t, mib(n), mib(MaxWriteBytes))
+			return "", false, fmt.Errorf("%s is %s; patch edits files up to %s", t, mib(n), mib(MaxWriteBytes))
 		default:
-			return "", fmt.Errorf("read %s: unexpected reply %q", t, r.status)
+			return "", false, fmt.Errorf("read %s: unexpected reply %q", t, r.status)
 		}
 	}
-	if kind := binaryKind(data, false); kind != "" {
-		return "", fmt.Errorf("%s is a binary file (%s); patch edits text files only", t, kind)
+	kind, latin1 := textKind(data, false)
+	if kind != "" {
+		return "", false, fmt.Errorf("%s is a binary file (%s); patch edits text files only", t, kind)
 	}
-	return string(data), nil
+	if latin1 {
+		return decodeLatin1(data), true, nil
+	}
+	return string(data), false, nil
 }
 
 // closestMatch describes the region of content most similar to old, for
@@ -208,8 +247,8 @@ func closestMatch(content, old string) string {
 	end := min(best+k, len(lines))
 	var b strings.Builder
 	fmt.Fprintf(&b, ". The closest match (%d%% similar) is at lines %d-%d:\n", int(bestScore*100+0.5), best+1, end)
-	for i := best; i < end; i++ {
-		fmt.Fprintf(&b, "%6d|%s\n", i+1, clipLine(lines[i], 300))
+	for i, l := range redactLines(lines[best:end]) {
+		fmt.Fprintf(&b, "%6d|%s\n", best+i+1, clipLine(l, 300))
 	}
 	region := strings.Join(lines[best:end], "\n")
 	if squash(region) == squash(old) {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/a55dbaac/berth/terminal"
@@ -69,10 +70,11 @@ func Read(ctx context.Context, env *terminal.Env, path string, offset, limit int
 	if err != nil {
 		return ReadResult{}, fmt.Errorf("read_file: %w", err)
 	}
-	if kind := binaryKind(raw.sample, raw.size > int64(len(raw.sample))); kind != "" {
+	kind, latin1 := textKind(raw.sample, raw.size > int64(len(raw.sample)))
+	if kind != "" {
 		return ReadResult{}, fmt.Errorf("read_file: %s is a binary file (%s), not text; inspect it with the terminal (file, xxd, unzip -l ...) instead", t, kind)
 	}
-	return format(t, raw, offset, limit), nil
+	return format(t, raw, offset, limit, latin1), nil
 }
 
 // rawRead is what a read brings back from the environment.
@@ -83,17 +85,27 @@ type rawRead struct {
 	lines  [][]byte // the selected lines, each at most maxLineBytes, without "\n"
 }
 
-// format numbers the selected lines and builds the result.
-func format(t target, raw rawRead, offset, limit int) ReadResult {
+// format numbers the selected lines and builds the result. latin1 decodes
+// the lines as Latin-1 instead of UTF-8. Secrets in the lines are redacted
+// as in terminal output.
+func format(t target, raw rawRead, offset, limit int, latin1 bool) ReadResult {
 	var b strings.Builder
 	cut := 0
+	texts := make([]string, len(raw.lines))
 	for i, line := range raw.lines {
-		n := offset + i
-		if n == 1 {
+		if offset+i == 1 && !latin1 {
 			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
 		}
-		s := strings.ToValidUTF8(string(line), "\uFFFD")
-		if utf8.RuneCountInString(s) > MaxLineChars || len(line) >= maxLineBytes {
+		if latin1 {
+			texts[i] = decodeLatin1(line)
+		} else {
+			texts[i] = strings.ToValidUTF8(string(line), "\uFFFD")
+		}
+	}
+	texts = redactLines(texts)
+	for i, s := range texts {
+		n := offset + i
+		if utf8.RuneCountInString(s) > MaxLineChars || len(raw.lines[i]) >= maxLineBytes {
 			s = string([]rune(s)[:min(MaxLineChars, utf8.RuneCountInString(s))]) + " ... [line truncated]"
 			cut++
 		}
@@ -117,6 +129,9 @@ func format(t target, raw rawRead, offset, limit int) ReadResult {
 	if cut > 0 {
 		hints = append(hints, fmt.Sprintf("%d line(s) longer than %d characters were cut.", cut, MaxLineChars))
 	}
+	if latin1 {
+		hints = append(hints, latin1Note)
+	}
 	res.Hint = strings.Join(hints, " ")
 	return res
 }
@@ -127,24 +142,11 @@ func readNative(t target, offset, limit int) (rawRead, error) {
 	if err != nil {
 		return rawRead{}, err
 	}
-	f, err := os.Open(p)
+	f, st, err := openRegular(t, p)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return rawRead{}, notFound(t, listHostDir(filepath.Dir(p)))
-		}
-		return rawRead{}, fmt.Errorf("open %s: %w", t, unwrapPath(err))
+		return rawRead{}, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return rawRead{}, fmt.Errorf("stat %s: %w", t, err)
-	}
-	if st.IsDir() {
-		return rawRead{}, isDir(t)
-	}
-	if !st.Mode().IsRegular() {
-		return rawRead{}, notRegular(t)
-	}
 	raw := rawRead{size: st.Size()}
 	sample := make([]byte, sampleBytes)
 	n, err := io.ReadFull(f, sample)
@@ -163,6 +165,48 @@ func readNative(t target, offset, limit int) (rawRead, error) {
 		return rawRead{}, fmt.Errorf("read %s: %w", t, err)
 	}
 	return raw, nil
+}
+
+// latin1Note is the read_file hint for a Latin-1 file.
+const latin1Note = "The file is not UTF-8; it is shown decoded as Latin-1 (ISO-8859-1), one character per byte, and patch keeps that encoding."
+
+// openRegular opens the regular file at p (a target's host path) for
+// reading. Anything else is refused at once: a FIFO, a device or a socket
+// would block the read or never end. The type is checked before the open,
+// and the open itself does not block (O_NONBLOCK), so a FIFO swapped in
+// between is refused too.
+func openRegular(t target, p string) (*os.File, fs.FileInfo, error) {
+	st, err := os.Stat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil, notFound(t, listHostDir(filepath.Dir(p)))
+	case err != nil:
+		return nil, nil, fmt.Errorf("stat %s: %w", t, unwrapPath(err))
+	case st.IsDir():
+		return nil, nil, isDir(t)
+	case !st.Mode().IsRegular():
+		return nil, nil, notRegular(t)
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, notFound(t, listHostDir(filepath.Dir(p)))
+		}
+		return nil, nil, fmt.Errorf("open %s: %w", t, unwrapPath(err))
+	}
+	st, err = f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("stat %s: %w", t, err)
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		if st.IsDir() {
+			return nil, nil, isDir(t)
+		}
+		return nil, nil, notRegular(t)
+	}
+	return f, st, nil
 }
 
 // scanLines counts every line of r and keeps lines offset..offset+limit-1,
@@ -215,7 +259,7 @@ func scanLines(r *bufio.Reader, offset, limit int) ([][]byte, int, error) {
 // probeScript starts every script that reads an existing file: it answers
 // isdir, missing (with the names in the directory, NUL-terminated), nodir,
 // special or noperm, and leaves the "else" branch open for the reader.
-const probeScript = `p=%[2]s; d=%[3]s
+const probeScript = shellPrologue + `p=%[2]s; d=%[3]s
 if [ -d "$p" ]; then printf '\n%%s isdir\n' %[1]s
 elif [ ! -e "$p" ]; then
   if [ -d "$d" ]; then

@@ -134,7 +134,7 @@ func Search(ctx context.Context, env *terminal.Env, pattern, path, target, fileG
 // searchScript runs one search engine and frames its output:
 // "\nTAG start ENGINE\n", the output, "\nTAG end STATUS\n" and the first
 // 2000 bytes of its error output.
-const searchScript = `r=%[2]s
+const searchScript = shellPrologue + `r=%[2]s
 if [ ! -e "$r" ]; then printf '\n%%s noroot\n' %[1]s; exit 1; fi
 e=${TMPDIR:-/tmp}/.berth-search-%[1]s
 if [ -z "%[3]s" ] && command -v rg >/dev/null 2>&1; then engine=rg
@@ -268,11 +268,35 @@ func searchContent(ctx context.Context, env *terminal.Env, root target, pattern,
 		}
 		return SearchResult{}, fmt.Errorf("search for %q in %s: %s", pattern, root, lastLines(stderr, 3))
 	}
+	for i := range res.Matches {
+		redactMatch(&res.Matches[i])
+	}
 	finish(&res, len(res.Matches), offset, status == -1 || bytes.Count(out, []byte("\n")) >= searchCapLines)
 	if stderr != "" && status != 0 && status != 1 && status != -1 {
 		res.Hint = strings.TrimSpace(res.Hint + " Some files could not be searched: " + lastLines(stderr, 2))
 	}
 	return res, nil
+}
+
+// redactMatch redacts the lines of a match (see redactLines), its context
+// lines with it, so a key block around a match is recognised.
+func redactMatch(m *Match) {
+	lines := make([]string, 0, len(m.Before)+1+len(m.After))
+	for _, c := range m.Before {
+		lines = append(lines, c.Content)
+	}
+	lines = append(lines, m.Content)
+	for _, c := range m.After {
+		lines = append(lines, c.Content)
+	}
+	lines = redactLines(lines)
+	for i := range m.Before {
+		m.Before[i].Content = lines[i]
+	}
+	m.Content = lines[len(m.Before)]
+	for i := range m.After {
+		m.After[i].Content = lines[len(m.Before)+1+i]
+	}
 }
 
 // finish sets Truncated and the pagination hint.

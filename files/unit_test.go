@@ -175,7 +175,7 @@ func TestBinaryKind(t *testing.T) {
 		"\x89PNG\r\n\x1a\n":           "PNG image",
 		"\x7fELF\x02":                 "ELF executable or library",
 		"plain\x00nul":                "binary data (contains NUL bytes)",
-		"caf\xe9":                     "binary data (not valid UTF-8 text)",
+		"caf\x01\x02\x03\xe9":         "binary data (neither UTF-8 nor Latin-1 text)",
 		"MZ\x90\x00\x03":              "Windows executable (PE)",
 		"SQLite format 3\x00\x10\x00": "SQLite database",
 	} {
@@ -184,8 +184,16 @@ func TestBinaryKind(t *testing.T) {
 		}
 	}
 	cut := []byte("ab€")[:4] // the euro sign cut after its first two bytes
-	if binaryKind(cut, true) != "" || binaryKind(cut, false) == "" {
-		t.Error("a character cut by the sample's end must only count when the file ends there")
+	if kind, latin1 := textKind(cut, true); kind != "" || latin1 {
+		t.Errorf("a UTF-8 character cut by the sample's end: %q latin1=%v, want UTF-8 text", kind, latin1)
+	}
+	if kind, latin1 := textKind(cut, false); kind != "" || !latin1 {
+		t.Errorf("a file ending in a cut UTF-8 character: %q latin1=%v, want Latin-1 text", kind, latin1)
+	}
+	for data, latin1 := range map[string]bool{"caf\xe9 au lait\n": true, "caf\xc3\xa9\n": false, "Gr\xfc\xdfe\tTab\r\n": true} {
+		if kind, l := textKind([]byte(data), false); kind != "" || l != latin1 {
+			t.Errorf("%q: kind %q latin1 %v, want text with latin1 %v", data, kind, l, latin1)
+		}
 	}
 }
 
@@ -227,5 +235,22 @@ func TestParseGrepLine(t *testing.T) {
 		if !ok || p != c.path || n != c.n || m != c.match || text != c.text {
 			t.Errorf("%q: %q %d %v %q %v", c.line, p, n, m, text, ok)
 		}
+	}
+}
+
+// writeReply only accepts a measured size equal to the one sent.
+func TestWriteReplyChecksSize(t *testing.T) {
+	tg := target{rel: "/x"}
+	if _, err := writeReply(tg, "TAG", []byte("\nTAG short 0 \n"), 12); err == nil || !strings.Contains(err.Error(), "0 of the 12") {
+		t.Errorf("short write: %v", err)
+	}
+	for _, n := range []string{"-", "0", "11", "abc"} {
+		out := []byte("\nTAG ok " + n + " 1\n/x")
+		if _, err := writeReply(tg, "TAG", out, 12); err == nil {
+			t.Errorf("size %q accepted for 12 bytes sent", n)
+		}
+	}
+	if r, err := writeReply(tg, "TAG", []byte("\nTAG ok 12 1\n/x"), 12); err != nil || r.BytesWritten != 12 || !r.Created {
+		t.Errorf("exact size: %+v %v", r, err)
 	}
 }

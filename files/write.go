@@ -93,10 +93,8 @@ func writeNative(t target, content string) (WriteResult, error) {
 	if err != nil {
 		return WriteResult{}, err
 	}
-	if fi, err := os.Lstat(p); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
-		if real, err := filepath.EvalSymlinks(p); err == nil {
-			p = real
-		}
+	if p, err = followLink(p); err != nil {
+		return WriteResult{}, fmt.Errorf("follow symbolic link %s: %w", t, err)
 	}
 	res := WriteResult{Path: t.String(), BytesWritten: int64(len(content))}
 	old, err := os.Stat(p)
@@ -117,6 +115,13 @@ func writeNative(t target, content string) (WriteResult, error) {
 	}
 	tmp := filepath.Join(dir, "."+"berth-"+newTag()+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if err != nil && old != nil && errors.Is(err, fs.ErrPermission) {
+		// The directory is not writable but the file may be, as for
+		// echo >file: write it in place (not atomic, same inode and mode).
+		if ierr := writeInPlace(p, content); ierr == nil {
+			return res, nil
+		}
+	}
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("create temporary file in %s: %w", dir, unwrapPath(err))
 	}
@@ -132,6 +137,14 @@ func writeNative(t target, content string) (WriteResult, error) {
 	}
 	if err == nil {
 		err = os.Rename(tmp, p)
+		if err != nil && old != nil && errors.Is(err, syscall.EBUSY) {
+			// A bind-mounted file (a container's /etc/hosts) cannot be
+			// replaced, only rewritten.
+			os.Remove(tmp)
+			if err = writeInPlace(p, content); err == nil {
+				return res, nil
+			}
+		}
 	}
 	if err != nil {
 		os.Remove(tmp)
@@ -140,13 +153,79 @@ func writeNative(t target, content string) (WriteResult, error) {
 	return res, nil
 }
 
+// writeInPlace truncates the existing file p and writes content into it.
+func writeInPlace(p, content string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return fmt.Errorf("%s is not a regular file", p)
+	}
+	_, err = f.WriteString(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// followLink resolves p when it is a symbolic link, also a dangling one:
+// the result is the path the link leads to, which a write then creates,
+// keeping the link (as echo >link does).
+func followLink(p string) (string, error) {
+	fi, err := os.Lstat(p)
+	if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		return p, nil
+	}
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		return real, nil
+	}
+	for range 40 {
+		dest, err := os.Readlink(p)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(dest) {
+			dest = filepath.Join(filepath.Dir(p), dest)
+		}
+		p = dest
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			return p, nil
+		}
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			return real, nil
+		}
+	}
+	return "", errors.New("too many levels of symbolic links")
+}
+
+// shellPrologue starts every file script. The scripts run in a subshell
+// of the user's session, so they inherit its options: it turns off those
+// that would break them (errexit, noclobber, nounset, xtrace), restores
+// the default IFS their word splitting needs, and drops functions that
+// shadow the commands they use.
+const shellPrologue = "set +eCux 2>/dev/null; IFS=' \t\n'; unset -f command printf cd 2>/dev/null\n"
+
 // writePrelude resolves a symbolic link, refuses a directory and creates
 // the parent directories; it leaves the real path in $p, its directory in
 // $d, the old mode and owner in $m and $o, and $new = 1 for a new file.
 // Like every file script it starts as few processes as it can.
-const writePrelude = `exec 2>&1
+const writePrelude = shellPrologue + `exec 2>&1
 p=%[2]s
-if [ -L "$p" ]; then q=$(command readlink -f "$p") && [ -n "$q" ] && p=$q; fi
+if [ -L "$p" ]; then
+  q=$(command readlink -f "$p" 2>/dev/null); i=0
+  while [ -z "$q" ] && [ -L "$p" ] && [ "$i" -lt 40 ]; do
+    # A dangling link (readlink -f gives up when the target's directory
+    # is missing too): one hop at a time, so the write creates the
+    # target and keeps the link.
+    q=$(command readlink "$p") || break
+    case $q in /*) ;; *) q=${p%%/*}/$q ;; esac
+    p=$q; q=; i=$((i + 1))
+  done
+  [ -n "$q" ] && p=$q
+fi
 d=${p%%/*}; [ -n "$d" ] || d=/
 if [ -d "$p" ]; then printf '\n%%s isdir\n' %[1]s; exit 1; fi
 if [ ! -d "$d" ]; then command mkdir -p "$d" || { printf '\n%%s mkdir\n' %[1]s; exit 1; }; fi
@@ -156,22 +235,37 @@ if [ -e "$p" ]; then
   if [ ! -f "$p" ]; then printf '\n%%s special\n' %[1]s; exit 1; fi
   set -- $(command stat -c '%%a %%u:%%g' "$p" 2>/dev/null); m=${1-}; o=${2-}
 fi
-t="$d/.berth-%[1]s.tmp"
+t="$d/.berth-%[1]s.tmp"; inplace=
+if [ "$new" = 0 ] && [ ! -w "$d" ] && [ -w "$p" ]; then
+  # The directory is not writable but the file is, as for echo >file:
+  # write it in place (not atomic, same inode and mode).
+  t=$p; inplace=1
+fi
 `
 
 // writeCommit moves the filled temporary file into place and prints
-// "ok SIZE NEW" and the real path. SIZE is measured (wc) when $check is
-// set, for transports that could deliver a short file.
-const writeCommit = `if [ -n "$m" ]; then command chmod "$m" "$t"; fi
-if [ -n "$o" ]; then command chown "$o" "$t" 2>/dev/null; fi
-n=-
-if [ -n "$check" ]; then n=$(( $(command wc -c <"$t") )); fi
-command mv -f "$t" "$p" || { command rm -f "$t"; printf '\n%%s rename\n' %[1]s; exit 1; }
+// "ok SIZE NEW" and the real path. SIZE is always measured and compared
+// with $want, the size sent: a transport or a shell option that delivered
+// a short, empty or stale file fails loudly ("short SIZE"), and the old
+// file stays as it was.
+const writeCommit = `if [ -z "$inplace" ]; then
+  if [ -n "$m" ]; then command chmod "$m" "$t"; fi
+  if [ -n "$o" ]; then command chown "$o" "$t" 2>/dev/null; fi
+fi
+n=$(command stat -c %%s "$t" 2>/dev/null) || n=$(( $(command wc -c <"$t") ))
+if [ "$n" != "$want" ]; then
+  [ -n "$inplace" ] || command rm -f "$t"
+  printf '\n%%s short %%s %%s\n' %[1]s "$n" "$inplace"; exit 1
+fi
+if [ -z "$inplace" ]; then
+  command mv -f "$t" "$p" || { command rm -f "$t"; printf '\n%%s rename\n' %[1]s; exit 1; }
+fi
 printf '\n%%s ok %%s %%s\n%%s' %[1]s "$n" "$new" "$p"
 `
 
-// writeFill fills the temporary file from stdin.
-const writeFill = `command cat >"$t" || { command rm -f "$t"; printf '\n%%s fill\n' %[1]s; exit 1; }
+// writeFill fills the temporary file (or, in place, the file) from stdin;
+// >| because the user's shell may have set noclobber.
+const writeFill = `command cat >|"$t" || { [ -n "$inplace" ] || command rm -f "$t"; printf '\n%%s fill\n' %[1]s; exit 1; }
 `
 
 // writeShell writes through the shell: small content on the session's
@@ -180,12 +274,11 @@ func writeShell(ctx context.Context, env *terminal.Env, t target, content string
 	tag := newTag()
 	var out []byte
 	var err error
+	script := fmt.Sprintf(writePrelude+writeFill+"want=%[3]d\n"+writeCommit, tag, t.word(), len(content))
 	if len(content) <= sessionStdinMax {
 		// The session's stdin is a complete file before the command runs.
-		script := fmt.Sprintf(writePrelude+writeFill+"check=\n"+writeCommit, tag, t.word())
 		out, err = runScript(ctx, env, script, []byte(content), 64<<10)
 	} else {
-		script := fmt.Sprintf(writePrelude+writeFill+"check=1\n"+writeCommit, tag, t.word())
 		out, err = runHelper(ctx, env.Backend(), script, strings.NewReader(content), 64<<10)
 	}
 	if err != nil {
@@ -214,6 +307,12 @@ func writeReply(t target, tag string, out []byte, size int) (WriteResult, error)
 		return WriteResult{}, fmt.Errorf("create parent directories of %s%s", t, detail)
 	case "fill", "rename":
 		return WriteResult{}, fmt.Errorf("write %s%s", t, detail)
+	case "short":
+		got := firstOr(r.fields, 0)
+		if len(r.fields) > 1 && r.fields[1] == "1" {
+			return WriteResult{}, fmt.Errorf("write %s: only %s of the %d bytes sent arrived, and the file was written in place, so it now holds them; write it again", t, got, size)
+		}
+		return WriteResult{}, fmt.Errorf("write %s: only %s of the %d bytes sent arrived; the file was left as it was", t, got, size)
 	default:
 		return WriteResult{}, fmt.Errorf("write %s: unexpected reply %q%s", t, r.status, detail)
 	}
@@ -221,11 +320,8 @@ func writeReply(t target, tag string, out []byte, size int) (WriteResult, error)
 		return WriteResult{}, fmt.Errorf("write %s: malformed reply %q", t, r.fields)
 	}
 	n, err := strconv.ParseInt(r.fields[0], 10, 64)
-	if r.fields[0] == "-" {
-		n, err = int64(size), nil
-	}
 	if err != nil || n != int64(size) {
-		return WriteResult{}, fmt.Errorf("write %s: %s bytes arrived of %d", t, r.fields[0], size)
+		return WriteResult{}, fmt.Errorf("write %s: the file holds %q bytes, not the %d sent; it is not what was asked for, so check it and write again", t, r.fields[0], size)
 	}
 	return WriteResult{Path: t.String(), BytesWritten: n, Created: r.fields[1] == "1"}, nil
 }
@@ -266,10 +362,8 @@ func writeFileWriter(ctx context.Context, env *terminal.Env, fw backend.FileWrit
 	if o == "-" {
 		o = ""
 	}
-	// The FileWriter contract guarantees exactly size bytes, so the commit
-	// does not re-count them (busybox wc reads the whole file to do so).
-	commit := fmt.Sprintf("exec 2>&1\np=%[2]s; t=%[3]s; m=%[4]s; o=%[5]s; new=%[6]s; check=\n"+writeCommit,
-		tag, shellword.Quote(real), shellword.Quote(tmp), shellword.Quote(m), shellword.Quote(o), shellword.Quote(r.fields[2]))
+	commit := fmt.Sprintf(shellPrologue+"exec 2>&1\np=%[2]s; t=%[3]s; m=%[4]s; o=%[5]s; new=%[6]s; want=%[7]d; inplace=\n"+writeCommit,
+		tag, shellword.Quote(real), shellword.Quote(tmp), shellword.Quote(m), shellword.Quote(o), shellword.Quote(r.fields[2]), len(content))
 	out, err = runScript(ctx, env, commit, nil, 64<<10)
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("write %s: %w", t, err)

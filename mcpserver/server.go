@@ -9,17 +9,23 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/a55dbaac/berth/files"
@@ -46,6 +52,11 @@ type Options struct {
 	ExtraTools func(s *mcp.Server, envKey func(*mcp.CallToolRequest) string)
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
+	// Context, when done, cancels every running and later tool call, as
+	// Server.Shutdown does: their commands are interrupted (exit 130 with
+	// the interrupt marker) and the calls return. berth passes the context
+	// its shutdown signals cancel. nil means context.Background().
+	Context context.Context
 }
 
 // instructions is what the server tells the model about itself.
@@ -57,15 +68,28 @@ type server struct {
 	opts Options
 	log  *slog.Logger
 
+	base  context.Context    // done when the server shuts down
+	stop  context.CancelFunc // shuts the server down
+	calls callCounter        // tool calls running
+	posts callCounter        // HTTP requests being answered through Handler
+
 	mu      sync.Mutex
 	watched map[string]bool // per-session keys whose end is watched
+}
+
+// Server is berth's MCP server: the SDK's server (embedded, so it connects
+// and serves as usual) with a shutdown that interrupts running tool calls
+// and still delivers their results.
+type Server struct {
+	*mcp.Server
+	s *server
 }
 
 // New returns an MCP server whose tools run in m's environments: one per
 // MCP session by default (a stdio server has one session), or one shared
 // environment when opts.ShareEnvironment or terminal.share_environment is
 // set. An HTTP session's environment is closed when the session ends.
-func New(m *manager.Manager, opts Options) *mcp.Server {
+func New(m *manager.Manager, opts Options) *Server {
 	if opts.Key == "" {
 		opts.Key = manager.DefaultKey
 	}
@@ -79,14 +103,114 @@ func New(m *manager.Manager, opts Options) *mcp.Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &server{m: m, opts: opts, log: log, watched: map[string]bool{}}
+	parent := opts.Context
+	if parent == nil {
+		parent = context.Background()
+	}
+	base, stop := context.WithCancel(parent)
+	s := &server{m: m, opts: opts, log: log, base: base, stop: stop, watched: map[string]bool{}}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "berth", Title: "berth: terminal and files for agents", Version: opts.Version},
 		&mcp.ServerOptions{Instructions: instructions, Logger: log})
+	srv.AddReceivingMiddleware(s.guard)
 	s.register(srv)
 	if opts.ExtraTools != nil {
 		opts.ExtraTools(srv, s.key)
 	}
-	return srv
+	return &Server{Server: srv, s: s}
+}
+
+// Run serves one session over t (stdio) until the client ends it or ctx
+// ends. When ctx ends, running tool calls are cancelled (their commands
+// interrupted, exit 130), their results are sent, and then the session is
+// closed; the wait for the results is bounded by drain. It returns
+// ctx.Err() when ctx ended the session.
+func (srv *Server) Run(ctx context.Context, t mcp.Transport, drain time.Duration) error {
+	ss, err := srv.Server.Connect(context.WithoutCancel(ctx), t, nil)
+	if err != nil {
+		return fmt.Errorf("mcp: connect: %w", err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- ss.Wait() }()
+	select {
+	case err := <-ended:
+		return err
+	case <-ctx.Done():
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	srv.s.stop()
+	if st, ok := t.(*StdioTransport); ok {
+		// The SDK drops answers written after Close: let them out first.
+		st.waitAnswered(dctx)
+	}
+	srv.Shutdown(dctx)
+	return ctx.Err()
+}
+
+// Shutdown cancels every running tool call (and any later one), waits until
+// ctx ends for their results to be sent (over HTTP: for the requests being
+// answered through Handler), then closes every session.
+func (srv *Server) Shutdown(ctx context.Context) {
+	srv.s.stop()
+	srv.s.calls.wait(ctx)
+	srv.s.posts.wait(ctx)
+	var wg sync.WaitGroup
+	for ss := range srv.Sessions() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ss.Close()
+		}()
+	}
+	closed := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+	}
+}
+
+// callCounter counts running calls and tells when none runs.
+type callCounter struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0
+}
+
+func (c *callCounter) add() {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.idle = make(chan struct{})
+	}
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *callCounter) done() {
+	c.mu.Lock()
+	c.n--
+	if c.n == 0 {
+		close(c.idle)
+	}
+	c.mu.Unlock()
+}
+
+// wait returns when no call runs or ctx ends.
+func (c *callCounter) wait(ctx context.Context) {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.mu.Unlock()
+		return
+	}
+	idle := c.idle
+	c.mu.Unlock()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
 }
 
 // key returns the environment key for a call, and arranges for a
@@ -108,6 +232,11 @@ func (s *server) key(req *mcp.CallToolRequest) string {
 		ss := req.Session
 		go func() {
 			ss.Wait()
+			if s.shuttingDown() {
+				// The server is going down: its owner closes every
+				// environment (manager.CloseAll), and must find this one.
+				return
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if err := s.m.Close(ctx, key); err != nil {
@@ -119,6 +248,62 @@ func (s *server) key(req *mcp.CallToolRequest) string {
 		}()
 	}
 	return key
+}
+
+// shuttingDown reports whether the server is shutting down.
+func (s *server) shuttingDown() bool {
+	return s.base.Err() != nil
+}
+
+// errShutdown is the cause of a tool call cancelled by the server's
+// shutdown.
+var errShutdown = errors.New("berth is shutting down")
+
+// guard wraps every request the server handles. A tool call runs under a
+// context that the server's shutdown also cancels, and is counted so the
+// shutdown can wait for its result. A panic in any handler is recovered and
+// logged with its stack: a tool call gets an error result, another request
+// a JSON-RPC internal error, and the server goes on.
+func (s *server) guard(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		if method == "tools/call" {
+			s.calls.add()
+			defer s.calls.done()
+			var cancel context.CancelCauseFunc
+			ctx, cancel = context.WithCancelCause(ctx)
+			stop := context.AfterFunc(s.base, func() { cancel(errShutdown) })
+			defer func() {
+				stop()
+				cancel(nil)
+			}()
+		}
+		defer func() {
+			p := recover()
+			if p == nil {
+				return
+			}
+			tool := ""
+			if ctr, ok := req.(*mcp.CallToolRequest); ok && ctr.Params != nil {
+				tool = ctr.Params.Name
+			}
+			s.log.Error("mcp: handler panicked; the request failed, the server goes on", "method", method, "tool", tool, "panic", p, "stack", string(debug.Stack()))
+			if method == "tools/call" {
+				res, err = toolErrorResult(fmt.Errorf("%s: internal error in berth: %v (this call failed; the environment and the server are still usable; please report it)", tool, p)), nil
+				return
+			}
+			res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("internal error in berth handling %s: %v", method, p)}
+		}()
+		return next(ctx, method, req)
+	}
+}
+
+// toolErrorResult is a complete tool result carrying only an error, as the
+// file tools report failures: {"error": "..."} as text and structured
+// content.
+func toolErrorResult(err error) *mcp.CallToolResult {
+	body := map[string]string{"error": err.Error()}
+	text, _ := json.Marshal(body)
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: string(text)}}, StructuredContent: body}
 }
 
 // sanitize keeps the characters every backend accepts in names (container
@@ -146,34 +331,208 @@ func errorResult(err error) (*mcp.CallToolResult, any, error) {
 	return &mcp.CallToolResult{IsError: true}, map[string]string{"error": err.Error()}, nil
 }
 
+// HTTPOptions configures Handler.
+type HTTPOptions struct {
+	// MaxSessions caps the MCP sessions open at once (each has its own
+	// environment unless they share one). A new session over the cap is
+	// refused with HTTP 503 and a JSON-RPC error saying so; 0 means
+	// DefaultMaxSessions, a negative value no cap.
+	MaxSessions int
+	// SessionTimeout closes a session idle for that long (its environment
+	// with it); 0 means an hour.
+	SessionTimeout time.Duration
+	// MaxMessageBytes bounds a request body; 0 means MaxMessageBytes. A
+	// larger body is answered with an error naming the limit (a tool error
+	// result for tools/call), never a bare 413.
+	MaxMessageBytes int
+}
+
+// DefaultMaxSessions is the default cap on concurrent MCP sessions over
+// HTTP.
+const DefaultMaxSessions = 64
+
 // Handler returns an http.Handler serving srv over streamable HTTP, behind a
 // bearer-token check: a request without "Authorization: Bearer <token>"
 // matching token gets 401 and never reaches the server. The comparison is
-// constant-time. token must not be empty.
-func Handler(srv *mcp.Server, token string) http.Handler {
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
-		&mcp.StreamableHTTPOptions{SessionTimeout: time.Hour})
-	return RequireToken(token, mcpHandler)
+// constant-time. token must not be empty. opts may be nil.
+func Handler(srv *Server, token string, opts *HTTPOptions) http.Handler {
+	var o HTTPOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.SessionTimeout <= 0 {
+		o.SessionTimeout = time.Hour
+	}
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = MaxMessageBytes
+	}
+	// The body is bounded (and buffered) by limitBody before the SDK reads
+	// it, so the SDK's own limit only has to let it through.
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.Server },
+		&mcp.StreamableHTTPOptions{SessionTimeout: o.SessionTimeout, MaxRequestBodyBytes: int64(o.MaxMessageBytes) + 1})
+	return RequireToken(token, limitBody(o.MaxMessageBytes, capSessions(srv.Server, o.MaxSessions, countPosts(&srv.s.posts, mcpHandler))))
+}
+
+// countPosts counts the POST requests being answered, so that a shutdown
+// can wait for the answers of interrupted calls to go out before it closes
+// the sessions (the SDK drops answers written after that).
+func countPosts(c *callCounter, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			c.add()
+			defer c.done()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitBody reads a POST body of up to limit bytes into memory before next
+// sees it. A larger body is not read further: it is answered from its first
+// bytes (a tools/call gets a tool error result naming the limit, another
+// request a JSON-RPC error with HTTP 413) and the connection is closed.
+func limitBody(limit int, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		var body []byte
+		var err error
+		if r.ContentLength > int64(limit) {
+			body, err = io.ReadAll(io.LimitReader(r.Body, headBytes))
+		} else {
+			body, err = io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
+		}
+		if err != nil {
+			writeRPCError(w, http.StatusBadRequest, nil, jsonrpc.CodeParseError, fmt.Sprintf("read request body: %v", err))
+			return
+		}
+		if r.ContentLength > int64(limit) || len(body) > limit {
+			w.Header().Set("Connection", "close")
+			c := peekCall(body[:min(len(body), headBytes)])
+			tooBig := tooLargeError(c.tool, limit)
+			if c.method == "tools/call" && c.id != nil {
+				writeJSON(w, http.StatusOK, replyMsg{JSONRPC: "2.0", ID: c.id, Result: mustJSON(toolErrorResult(tooBig))})
+				return
+			}
+			writeRPCError(w, http.StatusRequestEntityTooLarge, c.id, jsonrpc.CodeInvalidRequest, tooBig.Error())
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// capSessions refuses an initialize request that would open a session (a
+// POST without Mcp-Session-Id) while max sessions are open or being
+// opened. Other requests without a session id (a server/discover probe)
+// get a session the SDK closes when they end, and are not counted.
+func capSessions(srv *mcp.Server, max int, next http.Handler) http.Handler {
+	if max < 0 {
+		return next
+	}
+	var mu sync.Mutex
+	opening := 0
+	open := map[string]bool{} // ids of the sessions initialize opened
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		// limitBody has buffered the body: peek at it and put it back.
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		head := peekCall(body[:min(len(body), headBytes)])
+		if head.method != "initialize" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		mu.Lock()
+		live := map[string]bool{}
+		for ss := range srv.Sessions() {
+			live[ss.ID()] = true
+		}
+		for id := range open {
+			if !live[id] {
+				delete(open, id)
+			}
+		}
+		if len(open)+opening >= max {
+			mu.Unlock()
+			w.Header().Set("Retry-After", "10")
+			writeRPCError(w, http.StatusServiceUnavailable, head.id, -32000,
+				fmt.Sprintf("berth serve: %d MCP sessions are open, the most it allows (berth serve --max-sessions); end a session you no longer use (HTTP DELETE, or close the client) or raise the cap", max))
+			return
+		}
+		opening++
+		mu.Unlock()
+		next.ServeHTTP(w, r)
+		mu.Lock()
+		opening--
+		if id := w.Header().Get("Mcp-Session-Id"); id != "" {
+			open[id] = true
+		}
+		mu.Unlock()
+	})
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only values of this package, which always encode
+	}
+	return b
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// writeRPCError answers with a JSON-RPC error response (id nil is null).
+func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int64, msg string) {
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	writeJSON(w, status, replyMsg{JSONRPC: "2.0", ID: id, Error: &jsonrpc.Error{Code: code, Message: msg}})
 }
 
 // RequireToken wraps next so that only requests carrying
-// "Authorization: Bearer <token>" reach it; others get 401. The tokens are
-// compared as SHA-256 digests in constant time, so neither their content
-// nor their length leaks through timing.
+// "Authorization: Bearer <token>" reach it; others get 401 and their
+// connection is closed. The scheme is matched case-insensitively (RFC
+// 9110), so "bearer" and "BEARER" work too. The tokens are compared as
+// SHA-256 digests in constant time, so neither their content nor their
+// length leaks through timing.
 func RequireToken(token string, next http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		gotSum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		got, ok := bearerToken(r.Header.Get("Authorization"))
+		gotSum := sha256.Sum256([]byte(got))
 		if subtle.ConstantTimeCompare(gotSum[:], want[:]) != 1 || !ok || token == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="berth"`)
 			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Connection", "close")
 			w.WriteHeader(http.StatusUnauthorized)
 			json.NewEncoder(w).Encode(map[string]string{"error": "unauthorized: send Authorization: Bearer <token> (berth serve --token / BERTH_TOKEN)"})
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bearerToken returns the credentials of an "Authorization: Bearer ..."
+// header value, the scheme in any case.
+func bearerToken(h string) (string, bool) {
+	scheme, cred, ok := strings.Cut(strings.TrimLeft(h, " \t"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(cred), true
 }
 
 // terminalArgs are the terminal tool's parameters.
@@ -193,7 +552,7 @@ type readArgs struct {
 
 type writeArgs struct {
 	Path    string `json:"path" jsonschema:"File to create or replace: absolute, relative to the shell's current directory, or ~/... Parent directories are created."`
-	Content string `json:"content" jsonschema:"The complete new content of the file (up to 50 MiB)."`
+	Content string `json:"content" jsonschema:"The complete new content of the file (up to 10 MiB)."`
 }
 
 type patchArgs struct {
@@ -213,6 +572,9 @@ type searchArgs struct {
 	Offset   int    `json:"offset,omitempty" jsonschema:"Results to skip, for the next page. Default 0."`
 }
 
+// maxContentText is MaxContentBytes as the descriptions say it.
+const maxContentText = "10 MiB"
+
 // Tool descriptions: what the model reads to decide how to use each tool.
 const (
 	terminalDesc = `Run a shell command in berth's persistent shell and get {"output", "exit_code", "error"} back (plus "cwd" when the command changed directory, and truncation details for long output).
@@ -227,7 +589,7 @@ For files prefer read_file, write_file, patch and search_files over cat, sed, ec
 
 	readDesc = `Read a text file from the environment as numbered lines "N|text" (up to 2000 lines per call, starting at offset). Long lines are cut at 2000 characters. When more lines remain the result says "use offset=N to continue". Binary files are refused with their type; a missing path reports similar file names. Use this instead of cat, head or sed -n.`
 
-	writeDesc = `Create or replace a file with the given content. The write is atomic (a temporary file renamed into place), keeps the mode of an existing file and creates missing parent directories. Returns {"path", "bytes_written"}. For a small change to an existing file prefer patch, which does not need the whole content. Use this instead of echo > or heredocs in the terminal.`
+	writeDesc = `Create or replace a file with the given content (at most ` + maxContentText + ` per call). The write is atomic (a temporary file renamed into place), keeps the mode of an existing file and creates missing parent directories. Returns {"path", "bytes_written"}. For a small change to an existing file prefer patch, which does not need the whole content. Use this instead of echo > or heredocs in the terminal.`
 
 	patchDesc = `Replace old_string with new_string in a file and return a unified diff of the change. old_string must match the file exactly (whitespace and indentation included) and occur once, unless replace_all is set; include a few surrounding lines to make it unique. When it does not match, the error shows the most similar region of the file with line numbers so you can correct it. Read the file first if you are not sure of its current text.`
 
@@ -294,6 +656,9 @@ const processDesc = `Follow and control processes started with terminal(backgrou
 Output is cleaned like terminal output. Unknown ids answer status "not_found".`
 
 func (s *server) process(ctx context.Context, req *mcp.CallToolRequest, in processArgs) (*mcp.CallToolResult, any, error) {
+	// The key scopes every action: a session reaches only the processes
+	// started in its own environment (the process package answers
+	// not_found for another's, whole id or prefix).
 	res := s.m.Process(ctx, s.key(req), process.Request{
 		Action: in.Action, SessionID: in.SessionID, Data: in.Data, Timeout: in.Timeout, Offset: in.Offset, Limit: in.Limit,
 	})
@@ -319,6 +684,10 @@ func (s *server) readFile(ctx context.Context, req *mcp.CallToolRequest, in read
 }
 
 func (s *server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in writeArgs) (*mcp.CallToolResult, any, error) {
+	if len(in.Content) > MaxContentBytes {
+		return errorResult(fmt.Errorf("write_file: content is %s; at most %s can be written in one call (write the file in parts: create it with the first part, then append the rest with the terminal, or generate it there)",
+			sizeText(len(in.Content)), sizeText(MaxContentBytes)))
+	}
 	env, err := s.env(ctx, req)
 	if err != nil {
 		return errorResult(err)
@@ -331,6 +700,10 @@ func (s *server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in wri
 }
 
 func (s *server) patch(ctx context.Context, req *mcp.CallToolRequest, in patchArgs) (*mcp.CallToolResult, any, error) {
+	if n := max(len(in.OldString), len(in.NewString)); n > MaxContentBytes {
+		return errorResult(fmt.Errorf("patch: old_string or new_string is %s; each may be at most %s (use write_file or the terminal for larger changes)",
+			sizeText(n), sizeText(MaxContentBytes)))
+	}
 	env, err := s.env(ctx, req)
 	if err != nil {
 		return errorResult(err)

@@ -330,7 +330,7 @@ func TestEnvironmentPerSessionOrShared(t *testing.T) {
 	for _, share := range []bool{false, true} {
 		m := newManager(t, share)
 		srv := New(m, Options{Logger: slog.New(slog.DiscardHandler)})
-		ts := httptest.NewServer(Handler(srv, "secret"))
+		ts := httptest.NewServer(Handler(srv, "secret", nil))
 		t.Cleanup(ts.Close)
 		a := httpClient(t, ts.URL, "secret")
 		b := httpClient(t, ts.URL, "secret")
@@ -380,7 +380,7 @@ func httpClient(t *testing.T, url, token string) *mcp.ClientSession {
 func TestRequireToken(t *testing.T) {
 	reached := false
 	h := RequireToken("s3cret", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached = true }))
-	for _, hdr := range []string{"", "Bearer", "Bearer wrong", "Bearer s3cre", "Bearer s3cret2", "Basic s3cret", "bearer s3cret"} {
+	for _, hdr := range []string{"", "Bearer", "Bearer wrong", "Bearer s3cre", "Bearer s3cret2", "Basic s3cret", "Bearers3cret", "Bear s3cret", "Bearer-s3cret"} {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest("POST", "/mcp", strings.NewReader("{}"))
 		if hdr != "" {
@@ -391,13 +391,19 @@ func TestRequireToken(t *testing.T) {
 			t.Fatalf("Authorization %q: status %d, reached %v", hdr, rec.Code, reached)
 		}
 	}
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest("POST", "/mcp", nil)
-	req.Header.Set("Authorization", "Bearer s3cret")
-	h.ServeHTTP(rec, req)
-	if !reached {
-		t.Fatal("the right token did not get through")
+	// The scheme is case-insensitive (RFC 9110 §11.1).
+	for _, hdr := range []string{"Bearer s3cret", "bearer s3cret", "BEARER s3cret", "bEaReR s3cret "} {
+		reached = false
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("POST", "/mcp", nil)
+		req.Header.Set("Authorization", hdr)
+		h.ServeHTTP(rec, req)
+		if !reached {
+			t.Fatalf("Authorization %q: the right token did not get through (status %d)", hdr, rec.Code)
+		}
 	}
+	var rec *httptest.ResponseRecorder
+	var req *http.Request
 	reached = false
 	empty := RequireToken("", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached = true }))
 	rec = httptest.NewRecorder()

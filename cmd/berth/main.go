@@ -19,6 +19,7 @@ import (
 
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/manager"
+	"github.com/a55dbaac/berth/terminal"
 
 	_ "github.com/a55dbaac/berth/backend/all"
 )
@@ -66,6 +67,12 @@ func (c *common) load() (*config.Config, error) {
 	if c.timeout < 0 {
 		return nil, fmt.Errorf("--timeout %d: must be a whole number of seconds >= 1", c.timeout)
 	}
+	if c.timeout > terminal.MaxTimeout {
+		// Also the default timeout of berth mcp and serve, which no
+		// request validates: refused here before it can overflow.
+		return nil, fmt.Errorf("--timeout %d: at most %d seconds (one day); run longer work in the background", c.timeout, terminal.MaxTimeout)
+	}
+
 	if c.timeout > 0 {
 		flags["timeout"] = fmt.Sprint(c.timeout)
 	}
@@ -80,14 +87,28 @@ func (c *common) load() (*config.Config, error) {
 }
 
 // withManager runs fn with a manager and tears every environment down
-// afterwards within a bounded time, also on SIGINT/SIGTERM.
+// afterwards. The teardown gets 15 s, but after a shutdown signal only what
+// is left of daemon_term_grace_seconds + 2.5 s since the signal: berth then
+// exits within the grace period plus 3 s, as supervisors expect.
 func withManager(ctx context.Context, cfg *config.Config, fn func(ctx context.Context, m *manager.Manager) error) error {
 	m := manager.New(cfg, slog.Default())
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		budget := 15 * time.Second
+		if at := shutdownAt.Load(); at != 0 {
+			grace := time.Duration(cfg.Terminal.DaemonTermGraceSeconds * float64(time.Second))
+			budget = min(budget, max(time.Until(time.Unix(0, at).Add(grace+2500*time.Millisecond)), 250*time.Millisecond))
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), budget)
 		defer cancel()
-		if err := m.CloseAll(cctx); err != nil {
-			slog.Warn("cleanup", "err", err)
+		done := make(chan error, 1)
+		go func() { done <- m.CloseAll(cctx) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				slog.Warn("cleanup", "err", err)
+			}
+		case <-cctx.Done():
+			slog.Warn("cleanup: environments not closed in time; leaving them", "budget", budget.Round(time.Millisecond))
 		}
 	}()
 	return fn(ctx, m)
@@ -132,35 +153,52 @@ var (
 	interrupts        = make(chan os.Signal, 1)
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sigint := make(chan os.Signal, 1)
-	signal.Notify(sigint, os.Interrupt)
+// shutdownAt is when the first shutdown signal arrived (Unix nanoseconds),
+// 0 before.
+var shutdownAt atomic.Int64
+
+// handleSignals turns SIGTERM, SIGHUP and SIGINT (unless claimed) into a
+// cancel of the root context: running commands are interrupted and every
+// environment is closed. A second shutdown signal exits at once.
+func handleSignals(cancel context.CancelFunc) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, os.Interrupt)
 	go func() {
-		for range sigint {
-			if interruptsClaimed.Load() {
+		for sig := range sigs {
+			if sig == os.Interrupt && interruptsClaimed.Load() && shutdownAt.Load() == 0 {
 				select {
-				case interrupts <- os.Interrupt:
+				case interrupts <- sig:
 				default:
 				}
 				continue
 			}
+			if shutdownAt.Load() != 0 {
+				fmt.Fprintf(os.Stderr, "berth: second signal (%v): exiting now, without cleaning up\n", sig)
+				code := 128 + 15
+				if s, ok := sig.(syscall.Signal); ok {
+					code = 128 + int(s)
+				}
+				os.Exit(code)
+			}
+			shutdownAt.Store(time.Now().UnixNano())
+			slog.Debug("shutting down", "signal", sig)
 			cancel()
 		}
 	}()
+}
+
+func main() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	handleSignals(cancel)
 	err := newRoot().ExecuteContext(ctx)
 	var ee exitError
 	switch {
 	case err == nil:
 	case errors.As(err, &ee):
-		stop()
 		os.Exit(ee.code)
 	default:
 		fmt.Fprintln(os.Stderr, "berth:", err)
-		stop()
 		os.Exit(errorStatus)
 	}
 }

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
+	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/internal/randhex"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/mcpserver"
@@ -38,7 +38,11 @@ func newMCPCmd() *cobra.Command {
 the Model Context Protocol on stdin/stdout, as desktop agents launch MCP
 servers. Every call runs in the configured environment (terminal.backend);
 the session keeps one persistent shell for the whole conversation. Logs go to
-stderr.`,
+stderr. A malformed message is answered with a JSON-RPC error and skipped.
+
+On SIGTERM, SIGINT or SIGHUP running commands are interrupted (exit 130),
+every environment is closed and berth exits within
+terminal.daemon_term_grace_seconds plus 3 s; a second signal exits at once.`,
 		Example: `  claude mcp add berth -- berth mcp
   claude mcp add berth-docker -- berth mcp --backend docker`,
 		Args: cobra.NoArgs,
@@ -49,8 +53,11 @@ stderr.`,
 			}
 			return withManager(cmd.Context(), cfg, func(ctx context.Context, m *manager.Manager) error {
 				m.StartSweeper(ctx)
-				srv := mcpserver.New(m, mcpserver.Options{Key: c.task, Logger: slog.Default()})
-				err := srv.Run(ctx, &mcp.StdioTransport{})
+				// Tool calls end with ctx: on a shutdown signal their
+				// commands are interrupted, their results sent, and Run
+				// returns once they have.
+				srv := mcpserver.New(m, mcpserver.Options{Key: c.task, Logger: slog.Default(), Context: ctx})
+				err := srv.Run(ctx, &mcpserver.StdioTransport{Logger: slog.Default()}, drainTime(cfg))
 				if err != nil && ctx.Err() != nil {
 					return nil // stopped by a signal
 				}
@@ -65,6 +72,8 @@ stderr.`,
 func newServeCmd() *cobra.Command {
 	var c common
 	var listen, token string
+	var maxSessions int
+	var idleTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the terminal and file tools over MCP streamable HTTP",
@@ -75,13 +84,25 @@ touch nothing. The token comes from --token or BERTH_TOKEN. On a loopback
 address without one, berth makes up a random token and prints it to stderr;
 on any other address it refuses to start without one. Each MCP session gets
 its own environment (closed when the session ends) unless
-terminal.share_environment is set.`,
+terminal.share_environment is set. At most --max-sessions sessions are open
+at once (64 by default); a client over the cap gets an error saying so.
+A session idle for an hour is closed.
+
+On SIGTERM, SIGINT or SIGHUP running commands are interrupted (exit 130),
+every environment is closed and berth exits within
+terminal.daemon_term_grace_seconds plus 3 s; a second signal exits at once.`,
 		Example: `  BERTH_TOKEN=$(openssl rand -hex 32) berth serve
   berth serve --listen 0.0.0.0:8765 --token "$BERTH_TOKEN" --backend docker`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if token == "" {
 				token = os.Getenv("BERTH_TOKEN")
+			}
+			if maxSessions < 1 {
+				return fmt.Errorf("--max-sessions %d: must be at least 1", maxSessions)
+			}
+			if idleTimeout <= 0 {
+				return fmt.Errorf("--idle-timeout %s: must be positive (e.g. 60s)", idleTimeout)
 			}
 			loopback, err := isLoopback(listen)
 			if err != nil {
@@ -104,12 +125,12 @@ terminal.share_environment is set.`,
 			}
 			return withManager(cmd.Context(), cfg, func(ctx context.Context, m *manager.Manager) error {
 				m.StartSweeper(ctx)
-				srv := mcpserver.New(m, mcpserver.Options{Key: c.task, Logger: slog.Default()})
+				srv := mcpserver.New(m, mcpserver.Options{Key: c.task, Logger: slog.Default(), Context: ctx})
 				mux := http.NewServeMux()
-				mux.Handle("/mcp", mcpserver.Handler(srv, token))
+				mux.Handle("/mcp", mcpserver.Handler(srv, token, &mcpserver.HTTPOptions{MaxSessions: maxSessions}))
 				mux.Handle("/ps", mcpserver.RequireToken(token, psHandler(m)))
 				mux.Handle("/", mcpserver.RequireToken(token, http.NotFoundHandler()))
-				hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+				hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout}
 				fmt.Fprintf(os.Stderr, "berth serve: listening on http://%s/mcp\n", ln.Addr())
 				errc := make(chan error, 1)
 				go func() { errc <- hs.Serve(ln) }()
@@ -118,8 +139,12 @@ terminal.share_environment is set.`,
 					return fmt.Errorf("serve: %w", err)
 				case <-ctx.Done():
 				}
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				// The tool calls were cancelled with ctx; end every session
+				// once its calls have returned their (interrupted) results,
+				// which also ends the streams Shutdown would wait for.
+				sctx, cancel := context.WithTimeout(context.Background(), drainTime(cfg))
 				defer cancel()
+				srv.Shutdown(sctx)
 				if err := hs.Shutdown(sctx); err != nil {
 					hs.Close()
 				}
@@ -133,7 +158,16 @@ terminal.share_environment is set.`,
 	c.addMCPFlags(cmd)
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8765", "address to listen on (host:port)")
 	cmd.Flags().StringVar(&token, "token", "", "bearer token clients must send (default $BERTH_TOKEN)")
+	cmd.Flags().IntVar(&maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "most MCP sessions open at once (each has its own environment); more are refused with an error")
+	cmd.Flags().DurationVar(&idleTimeout, "idle-timeout", 60*time.Second, "close a kept-alive HTTP connection idle for this long")
 	return cmd
+}
+
+// drainTime bounds the wait, after a shutdown signal, for the interrupted
+// tool calls to return their results: the grace their commands get between
+// SIGTERM and SIGKILL, plus a second.
+func drainTime(cfg *config.Config) time.Duration {
+	return time.Duration(cfg.Terminal.DaemonTermGraceSeconds*float64(time.Second)) + time.Second
 }
 
 // isLoopback reports whether a listen address only accepts connections

@@ -215,7 +215,7 @@ func metaCommand(ctx context.Context, m *manager.Manager, c *common, line string
 	case "bg", "bgpty":
 		return m.Background(ctx, c.task, terminal.Request{Command: rest, Workdir: c.workdir, PTY: verb == "bgpty"}), true
 	case "ps":
-		return m.Process(ctx, "", process.Request{Action: "list"}), true
+		return m.Process(ctx, c.task, process.Request{Action: "list"}), true
 	case "poll", "log", "kill", "close":
 		return m.Process(ctx, c.task, process.Request{Action: verb, SessionID: rest}), true
 	case "wait":
