@@ -241,7 +241,7 @@ func (c *conf) testReadBinary(t *testing.T) {
 		"gzip": "\x1f\x8b\x08\x00\x00\x00\x00\x00",
 		"ELF":  "\x7fELF\x02\x01\x01\x00\x00\x00",
 		"NUL":  "text\x00more text",
-		"UTF":  "caf\xe9 au lait\n",
+		"UTF":  "\x01\x02\x03caf\xe9\x04\x05\x06 au lait\n", // neither UTF-8 nor plausible Latin-1 text
 	} {
 		p := d + "/bin-" + name
 		c.write(t, p, data)
@@ -250,7 +250,7 @@ func (c *conf) testReadBinary(t *testing.T) {
 		case "NUL":
 			wantErr(t, err, "binary", "NUL")
 		case "UTF":
-			wantErr(t, err, "binary", "UTF-8")
+			wantErr(t, err, "binary", "neither UTF-8 nor Latin-1")
 		default:
 			wantErr(t, err, "binary", name)
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -132,11 +133,18 @@ func (m *Manager) Env(ctx context.Context, key string) (*terminal.Env, error) {
 	}
 }
 
-// create builds a backend and its environment for key.
-func (m *Manager) create(ctx context.Context, key string) (*terminal.Env, error) {
+// create builds a backend and its environment for key. A panic in a
+// backend's constructor becomes this key's error, so callers waiting on the
+// entry are answered instead of hanging.
+func (m *Manager) create(ctx context.Context, key string) (env *terminal.Env, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			env, err = nil, fmt.Errorf("environment %q: backend constructor panicked: %v", key, p)
+			m.log.Error("manager: backend constructor panicked", "key", key, "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
 	t := m.cfg.Terminal
 	var be backend.Backend
-	var err error
 	opts := backend.Options{Key: key, Config: t, Home: m.cfg.Home, Logger: m.log, Getenv: m.cfg.Getenv}
 	if m.factory != nil {
 		be, err = m.factory(ctx, opts)
@@ -155,7 +163,7 @@ func (m *Manager) create(ctx context.Context, key string) (*terminal.Env, error)
 	if path.IsAbs(t.Cwd) || t.Cwd == "~" || strings.HasPrefix(t.Cwd, "~/") {
 		cwd = t.Cwd
 	}
-	env := terminal.New(be, terminal.Options{
+	env = terminal.New(be, terminal.Options{
 		DefaultTimeout: time.Duration(t.Timeout) * time.Second,
 		MaxOutputChars: m.cfg.MaxOutputChars,
 		SpillDir:       filepath.Join(m.cfg.Home, "spill"),
