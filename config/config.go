@@ -51,6 +51,12 @@ type Config struct {
 	Warnings []string
 	// DotEnv holds the values of the .env file beside the config file.
 	DotEnv map[string]string
+	// Approvals is the approvals: section (mode, timeout, deny).
+	Approvals Approvals
+	// CommandAllowlist is the top-level command_allowlist (Hermes' key):
+	// patterns of commands that run without asking. "always" answers are
+	// added to it in the file (see Set).
+	CommandAllowlist []string
 
 	getenv func(string) string
 }
@@ -136,12 +142,14 @@ func ResolvePath(configFlag string, getenv func(string) string) (path string, ex
 }
 
 // Load reads the configuration: the file chosen by ResolvePath, the .env
-// file beside it, TERMINAL_* variables and opts.Flags, in increasing order
-// of precedence. Every malformed value is reported, each error naming the
-// key or variable, the value and what is accepted. Sections of the file
-// other than terminal: and tool_output: are ignored, so a Hermes config
-// file works as is; unknown keys inside those two sections become
-// Warnings.
+// file beside it, TERMINAL_* and BERTH_APPROVALS_* variables and
+// opts.Flags, in increasing order of precedence. Every malformed value is
+// reported, each error naming the key or variable, the value and what is
+// accepted; approvals.mode, approvals.deny and command_allowlist must make
+// a valid approval.Policy. Sections of the file other than terminal:,
+// tool_output: and approvals: (and keys other than command_allowlist at
+// the top level) are ignored, so a Hermes config file works as is; unknown
+// keys inside those three sections become Warnings.
 func Load(opts LoadOptions) (*Config, error) {
 	getenv := opts.Getenv
 	if getenv == nil {
@@ -226,6 +234,11 @@ func Load(opts LoadOptions) (*Config, error) {
 		c.assign(k, v)
 		c.Sources[k.full()] = "flag"
 	}
+	if len(errs) == 0 {
+		if _, err := c.ApprovalPolicy(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -240,10 +253,12 @@ func Load(opts LoadOptions) (*Config, error) {
 // home directory.
 func newConfig(home string, keys []*keyInfo) *Config {
 	c := &Config{
-		Home:           home,
-		Terminal:       defaultTerminal(),
-		MaxOutputChars: DefaultMaxOutputChars,
-		Sources:        make(map[string]string, len(keys)),
+		Home:             home,
+		Terminal:         defaultTerminal(),
+		MaxOutputChars:   DefaultMaxOutputChars,
+		Sources:          make(map[string]string, len(keys)),
+		Approvals:        defaultApprovals(),
+		CommandAllowlist: []string{},
 	}
 	for _, k := range keys {
 		c.Sources[k.full()] = "default"
@@ -267,8 +282,8 @@ func Default() *Config {
 	return newConfig(home, allKeys())
 }
 
-// applyFile merges the terminal: and tool_output: sections of the YAML text
-// data into c.
+// applyFile merges the terminal:, tool_output: and approvals: sections and
+// the top-level command_allowlist of the YAML text data into c.
 func (c *Config) applyFile(data []byte, keys []*keyInfo) []error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -282,7 +297,17 @@ func (c *Config) applyFile(data []byte, keys []*keyInfo) []error {
 		return []error{fmt.Errorf("config file %s: the top level must be a mapping of sections (terminal:, ...)", c.Path)}
 	}
 	var errs []error
-	for _, section := range []string{"terminal", "tool_output"} {
+	for _, k := range keys {
+		if k.section != "" {
+			continue
+		}
+		// A top-level key: only the keys berth knows are read there, the
+		// rest of the file belongs to other programs (Hermes).
+		if _, vn := lookupNode(root, k.name); vn != nil {
+			errs = append(errs, c.applyValue(k, vn)...)
+		}
+	}
+	for _, section := range []string{"terminal", "tool_output", "approvals"} {
 		_, sec := lookupNode(root, section)
 		sec = deref(sec)
 		if isNull(sec) {
@@ -320,22 +345,26 @@ func (c *Config) applyFile(data []byte, keys []*keyInfo) []error {
 				c.Warnings = append(c.Warnings, fmt.Sprintf("%s in %s (line %d): key given more than once; the last one wins", k.full(), c.Path, kn.Line))
 			}
 			seen[name] = true
-			v, set, raw, p := k.fromNode(vn)
-			if p != "" {
-				if raw != "" || deref(vn).Kind == yaml.ScalarNode {
-					errs = append(errs, fmt.Errorf("%s %q in %s: %s", k.full(), raw, c.Path, p))
-				} else {
-					errs = append(errs, fmt.Errorf("%s in %s (line %d): %s", k.full(), c.Path, vn.Line, p))
-				}
-				continue
-			}
-			if set {
-				c.assign(k, v)
-				c.Sources[k.full()] = "file"
-			}
+			errs = append(errs, c.applyValue(k, vn)...)
 		}
 	}
 	return errs
+}
+
+// applyValue merges the value node vn of key k from the file into c.
+func (c *Config) applyValue(k *keyInfo, vn *yaml.Node) []error {
+	v, set, raw, p := k.fromNode(vn)
+	if p != "" {
+		if raw != "" || deref(vn).Kind == yaml.ScalarNode {
+			return []error{fmt.Errorf("%s %q in %s: %s", k.full(), raw, c.Path, p)}
+		}
+		return []error{fmt.Errorf("%s in %s (line %d): %s", k.full(), c.Path, vn.Line, p)}
+	}
+	if set {
+		c.assign(k, v)
+		c.Sources[k.full()] = "file"
+	}
+	return nil
 }
 
 // docRoot returns the top node of a parsed document, nil if it is empty.
@@ -367,17 +396,23 @@ func lookupNode(m *yaml.Node, name string) (key, val *yaml.Node) {
 
 // assign stores the typed value v of key k.
 func (c *Config) assign(k *keyInfo, v any) {
-	if k.field == fieldMaxBytes {
+	switch k.field {
+	case fieldMaxBytes:
 		c.MaxOutputChars = v.(int)
-		return
+	case fieldConfig:
+		k.setc(c, v)
+	default:
+		c.Terminal.put(k, v)
 	}
-	c.Terminal.put(k, v)
 }
 
 // value returns the effective value of key k.
 func (c *Config) value(k *keyInfo) any {
-	if k.field == fieldMaxBytes {
+	switch k.field {
+	case fieldMaxBytes:
 		return c.MaxOutputChars
+	case fieldConfig:
+		return k.getc(c)
 	}
 	return c.Terminal.get(k)
 }
@@ -401,9 +436,9 @@ func fieldValue(f reflect.Value, kind valueKind) any {
 }
 
 // Get returns the effective value of a dotted key ("terminal.backend",
-// "terminal.docker_volumes", "tool_output.max_bytes"; a bare terminal key
-// such as "backend" also works) formatted for printing: scalars plain,
-// lists and maps as JSON.
+// "terminal.docker_volumes", "tool_output.max_bytes", "approvals.mode",
+// "command_allowlist"; a bare terminal key such as "backend" also works)
+// formatted for printing: scalars plain, lists and maps as JSON.
 func (c *Config) Get(key string) (string, error) {
 	k, err := lookupKey(key)
 	if err != nil {

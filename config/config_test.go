@@ -136,6 +136,12 @@ terminal:
   share_environment: True
 tool_output:
   max_bytes: 20000
+approvals:
+  mode: off
+  timeout: 30
+  deny: ["git push --force*"]
+command_allowlist:
+  - rule:git-reset-hard
 `)
 	c := mustLoad(t, LoadOptions{Getenv: envOf(env)})
 	want := Terminal{
@@ -156,6 +162,13 @@ tool_output:
 	}
 	if c.Path != path || c.MaxOutputChars != 20000 {
 		t.Errorf("Path %q MaxOutputChars %d", c.Path, c.MaxOutputChars)
+	}
+	wantApprovals := Approvals{Mode: "off", Timeout: 30, Deny: []string{"git push --force*"}}
+	if diff := cmp.Diff(wantApprovals, c.Approvals); diff != "" {
+		t.Errorf("Approvals (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"rule:git-reset-hard"}, c.CommandAllowlist); diff != "" {
+		t.Errorf("CommandAllowlist (-want +got):\n%s", diff)
 	}
 	for _, k := range Keys() {
 		if c.Sources[k] != "file" {

@@ -43,7 +43,7 @@ type Key struct {
 // besides the fixed table of shared keys.
 var (
 	regMu      sync.RWMutex
-	keyTable   []*keyInfo          // shared terminal keys, declared keys by backend, then max_bytes
+	keyTable   []*keyInfo          // shared terminal keys, declared keys by backend, max_bytes, approval keys
 	keyByFull  map[string]*keyInfo // dotted name -> key
 	keyByEnv   map[string]*keyInfo // variable -> key
 	registered []string            // backends declared, in registration order
@@ -112,13 +112,14 @@ func Declare(backend string, keys []Key) error {
 				return fmt.Errorf("config: backend %s: key %s: variable %s already overrides %s", backend, k.name, k.env, other.full())
 			}
 			// Declared keys are grouped by backend, backends sorted by name,
-			// keys in declaration order; tool_output.max_bytes stays last.
-			at := len(table) - 1
-			for i, o := range table {
-				if o.field == fieldDeclared && o.owners[0] > backend {
-					at = i
-					break
-				}
+			// keys in declaration order, after the shared terminal keys and
+			// before the keys of other sections (tool_output.max_bytes, the
+			// approval keys).
+			at := slices.IndexFunc(table, func(o *keyInfo) bool {
+				return o.section != "terminal" || (o.field == fieldDeclared && o.owners[0] > backend)
+			})
+			if at < 0 {
+				at = len(table)
 			}
 			table = slices.Insert(table, at, k)
 			byFull[k.full()], byEnv[k.env] = k, k
@@ -187,7 +188,8 @@ func newDeclaredKey(backend string, key Key) (*keyInfo, error) {
 	return k, nil
 }
 
-// allKeys returns the current key table (shared, declared, max_bytes).
+// allKeys returns the current key table (shared, declared, max_bytes,
+// approvals).
 func allKeys() []*keyInfo {
 	regMu.RLock()
 	defer regMu.RUnlock()
@@ -288,9 +290,12 @@ func Describe() []KeyDoc {
 	out := make([]KeyDoc, len(ks))
 	for i, k := range ks {
 		d := KeyDoc{Key: k.full(), Env: k.env, Help: k.help, Backends: slices.Clone(k.owners)}
-		if k.field == fieldMaxBytes {
+		switch k.field {
+		case fieldMaxBytes:
 			d.Default = formatValue(DefaultMaxOutputChars)
-		} else {
+		case fieldConfig:
+			d.Default = formatValue(k.def)
+		default:
 			d.Default = formatValue(def.get(k))
 		}
 		out[i] = d

@@ -111,18 +111,30 @@ type keyInfo struct {
 	// explanation (a backend's Key.Check; the backend name check).
 	checks []func(any) error
 	// Declared keys only: the default and the backends declaring the key.
+	// Keys of fieldConfig also have a default.
 	def    any
 	owners []string
+
+	// Keys of fieldConfig only: read and write their Config field.
+	getc func(*Config) any
+	setc func(*Config, any)
 }
 
 // Field values for keys that are not Terminal fields.
 const (
 	fieldMaxBytes = -1 // tool_output.max_bytes, Config.MaxOutputChars
 	fieldDeclared = -2 // declared by a backend, kept in Terminal.values
+	fieldConfig   = -3 // another field of Config (approvals), with getc and setc
 )
 
-// full returns the dotted name, e.g. "terminal.timeout".
-func (k *keyInfo) full() string { return k.section + "." + k.name }
+// full returns the dotted name, e.g. "terminal.timeout"; a top-level key
+// (command_allowlist, section "") is its bare name.
+func (k *keyInfo) full() string {
+	if k.section == "" {
+		return k.name
+	}
+	return k.section + "." + k.name
+}
 
 // problem formats a parse problem with the rule of the key.
 func (k *keyInfo) problem(p string) string { return p + " (" + k.rule + ")" }
@@ -242,17 +254,20 @@ func sharedKeys() []*keyInfo {
 		}
 		out = append(out, k)
 	}
-	return append(out, &keyInfo{
+	out = append(out, &keyInfo{
 		section: "tool_output", name: "max_bytes", kind: kindInt, field: fieldMaxBytes, help: sharedHelp["max_bytes"],
 		rule: fmt.Sprintf("%s must be a whole number >= %d: a smaller limit leaves too little room "+
 			"for the head and tail of the output next to the truncation notice", maxBytesKey, MinMaxOutputChars),
 		check: intMin(MinMaxOutputChars),
 	})
+	return append(out, approvalKeys()...)
 }
 
 // Keys returns every key accepted by Get and Set, as dotted names: the
 // shared terminal keys, the keys declared by registered backends (grouped
-// by backend, sorted by backend name), then tool_output.max_bytes.
+// by backend, sorted by backend name), tool_output.max_bytes, then the
+// approval keys (approvals.mode, approvals.timeout, approvals.deny and the
+// top-level command_allowlist).
 func Keys() []string {
 	ks := allKeys()
 	out := make([]string, len(ks))

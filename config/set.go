@@ -148,7 +148,10 @@ func verifyEdit(src, out []byte, k *keyInfo, v any) error {
 	if err := yaml.Unmarshal(out, &doc); err != nil {
 		return err
 	}
-	_, sec := lookupNode(deref(docRoot(&doc)), k.section)
+	sec := deref(docRoot(&doc))
+	if k.section != "" {
+		_, sec = lookupNode(sec, k.section)
+	}
 	_, vn := lookupNode(deref(sec), k.name)
 	if vn == nil {
 		return errors.New("key missing after the edit")
@@ -216,6 +219,10 @@ func stripKey(doc any, k *keyInfo) any {
 	for key, val := range m {
 		cp[key] = val
 	}
+	if k.section == "" {
+		delete(cp, "!!str "+k.name)
+		return cp
+	}
 	section := "!!str " + k.section
 	if sec, ok := cp[section].(map[string]any); ok {
 		s := make(map[string]any, len(sec))
@@ -250,7 +257,10 @@ func editTree(doc *yaml.Node, k *keyInfo, v any) ([]byte, error) {
 		return nil, errors.New("the top level is not a mapping")
 	}
 	root.Style &^= yaml.FlowStyle
-	sec := ensureMapping(root, k.section)
+	sec := root
+	if k.section != "" {
+		sec = ensureMapping(root, k.section)
+	}
 	if sec == nil {
 		return nil, fmt.Errorf("%s is not a mapping", k.section)
 	}
@@ -323,12 +333,13 @@ func valueNode(v any) *yaml.Node {
 	return str(fmt.Sprint(v))
 }
 
-// editText sets section.key to the YAML text val by editing the lines of
-// src (parsed as doc): the value of an existing key is replaced on its line
-// (a value spanning several lines becomes one line), a missing key is added
-// after the last key of the section, a missing section is appended. ok is
-// false when the layout is one it does not edit (flow-style mappings, an
-// explicit null section).
+// editText sets section.key (key at the top level when section is "") to
+// the YAML text val by editing the lines of src (parsed as doc): the value
+// of an existing key is replaced on its line (a value spanning several
+// lines becomes one line), a missing key is added after the last key of the
+// section (a missing top-level key at the end of the file), a missing
+// section is appended. ok is false when the layout is one it does not edit
+// (flow-style mappings, an explicit null section).
 func editText(src []byte, doc *yaml.Node, section, key, val string) (out []byte, ok bool, err error) {
 	lines := splitLines(string(src))
 	eol := "\n"
@@ -337,6 +348,9 @@ func editText(src []byte, doc *yaml.Node, section, key, val string) (out []byte,
 	}
 	root := docRoot(doc)
 	if root == nil || (isNull(root) && root.Value == "") {
+		if section == "" {
+			return appendLines(lines, eol, len(lines), key+": "+val), true, nil
+		}
 		return appendLines(lines, eol, len(lines), section+":", "  "+key+": "+val), true, nil
 	}
 	if root.Kind != yaml.MappingNode {
@@ -348,6 +362,13 @@ func editText(src []byte, doc *yaml.Node, section, key, val string) (out []byte,
 	rootIndent := root.Content[0].Column - 1
 	step := childStep(root)
 	pad := strings.Repeat(" ", rootIndent)
+	if section == "" {
+		kn, vn := lookupNode(root, key)
+		if kn == nil {
+			return appendLines(lines, eol, len(lines), pad+key+": "+val), true, nil
+		}
+		return replaceValue(lines, kn, vn, val)
+	}
 	secKey, secVal := lookupNode(root, section)
 	if secKey == nil {
 		return appendLines(lines, eol, len(lines), pad+section+":", pad+strings.Repeat(" ", step)+key+": "+val), true, nil
@@ -369,6 +390,12 @@ func editText(src []byte, doc *yaml.Node, section, key, val string) (out []byte,
 		indent := strings.Repeat(" ", secVal.Content[0].Column-1)
 		return appendLines(lines, eol, end+1, indent+key+": "+val), true, nil
 	}
+	return replaceValue(lines, kn, vn, val)
+}
+
+// replaceValue replaces the value vn of the key kn in lines with the YAML
+// text val, keeping the key line's comment.
+func replaceValue(lines []string, kn, vn *yaml.Node, val string) (out []byte, ok bool, err error) {
 	if kn.Line < 1 || kn.Line > len(lines) {
 		return nil, false, nil
 	}

@@ -345,6 +345,10 @@ func TestSetRoundTrip(t *testing.T) {
 		"terminal.fake_mounts":               `["/a:/b","x: \"y\""]`,
 		"terminal.fake_env":                  `{"K":"line1\nline2","Z":""}`,
 		"tool_output.max_bytes":              "1000",
+		"approvals.mode":                     "off",
+		"approvals.timeout":                  "5",
+		"approvals.deny":                     `["rule:sql-destructive", "curl * | sh"]`,
+		"command_allowlist":                  `["git push --force origin main", "write_file */.env"]`,
 	}
 	if len(values) != len(Keys()) {
 		t.Fatalf("test covers %d keys of %d", len(values), len(Keys()))

@@ -170,7 +170,7 @@ func (t *Terminal) Set(name string, v any) error {
 		return fmt.Errorf("config: %w", err)
 	}
 	if k.section != "terminal" {
-		return fmt.Errorf("config: %s is not a terminal key (tool_output.max_bytes is Config.MaxOutputChars)", k.full())
+		return fmt.Errorf("config: %s is not a terminal key (tool_output.max_bytes is Config.MaxOutputChars; the approval keys are Config.Approvals and Config.CommandAllowlist)", k.full())
 	}
 	tv, ok := k.kind.convert(v)
 	if !ok {

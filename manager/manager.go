@@ -5,6 +5,7 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/process"
@@ -35,6 +37,7 @@ type Manager struct {
 	factory backend.Factory
 	log     *slog.Logger
 	procs   *process.Registry
+	gate    *approval.Gate
 
 	mu      sync.Mutex
 	envs    map[string]*entry
@@ -75,7 +78,87 @@ func New(cfg *config.Config, log *slog.Logger) *Manager {
 	return &Manager{
 		cfg: cfg, log: log, envs: map[string]*entry{}, swept: map[string]bool{},
 		procs: process.NewRegistry(time.Duration(cfg.Terminal.Timeout) * time.Second),
+		gate:  newGate(cfg, log),
 	}
+}
+
+// newGate builds the approval gate of cfg. config.Load has validated the
+// approval keys, so a policy error means a hand-built configuration: the
+// gate then falls back to the safe default (manual mode, no patterns) and
+// says so. "always" answers are saved into command_allowlist in the config
+// file (cfg.Path, else config.yaml in the berth home), in place, as
+// `berth config set` does.
+func newGate(cfg *config.Config, log *slog.Logger) *approval.Gate {
+	pol, err := cfg.ApprovalPolicy()
+	if err != nil {
+		log.Warn("manager: approvals configuration rejected; asking before every dangerous command", "err", err)
+		pol = approval.DefaultPolicy()
+	}
+	file := cfg.Path
+	if file == "" {
+		file = filepath.Join(cfg.Home, "config.yaml")
+	}
+	return approval.NewGate(pol, approval.GateOptions{
+		Timeout: time.Duration(cfg.Approvals.Timeout) * time.Second,
+		Logger:  log,
+		Persist: func(list []string) error {
+			b, err := json.Marshal(list)
+			if err != nil {
+				return err
+			}
+			if err := config.Set(file, approval.KeyAllowlist, string(b)); err != nil {
+				return fmt.Errorf("save %s in %s: %w", approval.KeyAllowlist, file, err)
+			}
+			log.Info("approval saved", "key", approval.KeyAllowlist, "file", file, "patterns", list)
+			return nil
+		},
+	})
+}
+
+// Gate returns the approval gate every command passes before it reaches an
+// environment.
+func (m *Manager) Gate() *approval.Gate { return m.gate }
+
+// approvalContext says where a command of env would run, for the gate:
+// the backend, whether it is sandboxed (docker without host mounts,
+// singularity, modal, daytona), the working directory (workdir when given,
+// else the shell's), and on the local backend the home directory and
+// berth's own files.
+func (m *Manager) approvalContext(env *terminal.Env, workdir string) approval.Context {
+	t := m.cfg.Terminal
+	hostMounts := len(t.List("docker_volumes")) > 0 || t.Bool("docker_mount_cwd_to_workspace")
+	c := approval.Context{
+		Backend:   t.Backend,
+		Sandboxed: approval.IsSandboxed(t.Backend, hostMounts),
+		Cwd:       env.Session().Cwd(),
+	}
+	if workdir != "" {
+		c.Cwd = workdir
+	}
+	if t.Backend == "local" {
+		if h := m.cfg.Getenv("HOME"); h != "" {
+			c.Home = h
+		} else {
+			c.Home, _ = os.UserHomeDir()
+		}
+		c.BerthHome, c.ConfigPath = m.cfg.Home, m.cfg.Path
+	}
+	return c
+}
+
+// ApproveWrite decides whether a file tool may write path in key's
+// environment (see approval.Gate.Write): nil when no rule matched, else a
+// decision whose Allowed says whether to write. The Asker is taken from
+// ctx (approval.WithAsker).
+func (m *Manager) ApproveWrite(ctx context.Context, key, path string) (*approval.Decision, error) {
+	if key == "" {
+		key = DefaultKey
+	}
+	env, err := m.Env(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return m.gate.Write(ctx, key, path, m.approvalContext(env, "")), nil
 }
 
 // NewWithFactory returns a manager whose environments come from factory
@@ -206,12 +289,23 @@ func (m *Manager) Background(ctx context.Context, key string, req terminal.Reque
 	if key == "" {
 		key = DefaultKey
 	}
+	if err := terminal.Validate(req); err != nil {
+		return process.StartError(err)
+	}
 	env, err := m.Env(ctx, key)
 	if err != nil {
 		return process.StartError(err)
 	}
+	d := m.gate.Command(ctx, key, req.Command, m.approvalContext(env, req.Workdir))
+	if !d.Allowed() {
+		res := process.StartError(d.Err())
+		res.Approval = d
+		return res
+	}
 	env.Touch()
-	return m.procs.Start(ctx, env, key, req)
+	res := m.procs.Start(ctx, env, key, req)
+	res.Approval = d
+	return res
 }
 
 // Process answers a process tool call; list shows the processes of key
@@ -228,11 +322,22 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 	if err := terminal.Validate(req); err != nil {
 		return terminal.ErrorResult(err)
 	}
+	if key == "" {
+		key = DefaultKey
+	}
 	env, err := m.Env(ctx, key)
 	if err != nil {
 		return terminal.ErrorResult(err)
 	}
-	return env.Run(ctx, req)
+	d := m.gate.Command(ctx, key, req.Command, m.approvalContext(env, req.Workdir))
+	if !d.Allowed() {
+		res := terminal.ErrorResult(d.Err())
+		res.Approval = d
+		return res
+	}
+	res := env.Run(ctx, req)
+	res.Approval = d
+	return res
 }
 
 // Keys lists the keys with a live environment.
@@ -248,12 +353,22 @@ func (m *Manager) Keys() []string {
 }
 
 // Close tears down key's environment (a persistent one is stopped, not
-// deleted, by its backend).
+// deleted, by its backend) and ends its approval session: "this session"
+// answers given for key are forgotten.
 func (m *Manager) Close(ctx context.Context, key string) error {
+	return m.close(ctx, key, true)
+}
+
+// close tears down key's environment; endSession also forgets the
+// session's "this session" approvals.
+func (m *Manager) close(ctx context.Context, key string, endSession bool) error {
 	m.mu.Lock()
 	e, ok := m.envs[key]
 	delete(m.envs, key)
 	m.mu.Unlock()
+	if endSession {
+		m.gate.EndSession(key)
+	}
 	if !ok {
 		return nil
 	}
@@ -336,7 +451,9 @@ func (m *Manager) Sweep(ctx context.Context, lifetime time.Duration) []string {
 		m.mu.Lock()
 		m.swept[k] = true // before Close: the next call may come at once
 		m.mu.Unlock()
-		if err := m.Close(ctx, k); err != nil {
+		// The environment is replaced on the next call of the same
+		// session, so the session's approvals stay.
+		if err := m.close(ctx, k, false); err != nil {
 			m.log.Warn("clean idle environment", "key", k, "err", err)
 		}
 		swept = append(swept, k)

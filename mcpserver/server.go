@@ -75,6 +75,8 @@ type server struct {
 
 	mu      sync.Mutex
 	watched map[string]bool // per-session keys whose end is watched
+
+	elicit *Elicitor // asks the user about commands that need approval
 }
 
 // Server is berth's MCP server: the SDK's server (embedded, so it connects
@@ -108,7 +110,7 @@ func New(m *manager.Manager, opts Options) *Server {
 		parent = context.Background()
 	}
 	base, stop := context.WithCancel(parent)
-	s := &server{m: m, opts: opts, log: log, base: base, stop: stop, watched: map[string]bool{}}
+	s := &server{m: m, opts: opts, log: log, base: base, stop: stop, watched: map[string]bool{}, elicit: NewElicitor()}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "berth", Title: "berth: terminal and files for agents", Version: opts.Version},
 		&mcp.ServerOptions{Instructions: instructions, Logger: log})
 	srv.AddReceivingMiddleware(s.guard)
@@ -622,9 +624,16 @@ func (s *server) register(srv *mcp.Server) {
 }
 
 func (s *server) terminal(ctx context.Context, req *mcp.CallToolRequest, in terminalArgs) (*mcp.CallToolResult, any, error) {
+	// A command that needs approval asks the user through the client's
+	// elicitation; on protocol 2026-07-28 and later the question goes back
+	// in the result and the client calls again with the answer.
+	ctx, ask := s.elicit.Context(ctx, req)
 	res := s.m.Terminal(ctx, s.key(req), terminal.Request{
 		Command: in.Command, Background: in.Background, Timeout: in.Timeout, Workdir: in.Workdir, PTY: in.PTY,
 	})
+	if p := ask.Pending(); p != nil {
+		return p, nil, nil
+	}
 	isErr := false
 	switch r := res.(type) {
 	case terminal.Result:
@@ -683,10 +692,33 @@ func (s *server) readFile(ctx context.Context, req *mcp.CallToolRequest, in read
 	return nil, res, nil
 }
 
+// approveWrite passes a file-tool write of path through the approval gate
+// (asking the user like the terminal tool does). ok is true when the write
+// may go ahead; otherwise res and out are what the handler returns: the
+// question for the client, or {"error": "BLOCKED: ...", "approval": {...}}.
+func (s *server) approveWrite(ctx context.Context, req *mcp.CallToolRequest, path string) (res *mcp.CallToolResult, out any, ok bool) {
+	ctx, ask := s.elicit.Context(ctx, req)
+	d, err := s.m.ApproveWrite(ctx, s.key(req), path)
+	if err != nil {
+		res, out, _ = errorResult(err)
+		return res, out, false
+	}
+	if p := ask.Pending(); p != nil {
+		return p, nil, false
+	}
+	if !d.Allowed() {
+		return &mcp.CallToolResult{IsError: true}, map[string]any{"error": d.Message, "approval": d}, false
+	}
+	return nil, nil, true
+}
+
 func (s *server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in writeArgs) (*mcp.CallToolResult, any, error) {
 	if len(in.Content) > MaxContentBytes {
 		return errorResult(fmt.Errorf("write_file: content is %s; at most %s can be written in one call (write the file in parts: create it with the first part, then append the rest with the terminal, or generate it there)",
 			sizeText(len(in.Content)), sizeText(MaxContentBytes)))
+	}
+	if res, out, ok := s.approveWrite(ctx, req, in.Path); !ok {
+		return res, out, nil
 	}
 	env, err := s.env(ctx, req)
 	if err != nil {
@@ -703,6 +735,9 @@ func (s *server) patch(ctx context.Context, req *mcp.CallToolRequest, in patchAr
 	if n := max(len(in.OldString), len(in.NewString)); n > MaxContentBytes {
 		return errorResult(fmt.Errorf("patch: old_string or new_string is %s; each may be at most %s (use write_file or the terminal for larger changes)",
 			sizeText(n), sizeText(MaxContentBytes)))
+	}
+	if res, out, ok := s.approveWrite(ctx, req, in.Path); !ok {
+		return res, out, nil
 	}
 	env, err := s.env(ctx, req)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/internal/randhex"
 	"github.com/a55dbaac/berth/output"
 	"github.com/a55dbaac/berth/terminal"
@@ -100,6 +101,8 @@ type StartResult struct {
 	PID       *int    `json:"pid"`
 	ExitCode  int     `json:"exit_code"`
 	Error     *string `json:"error"`
+	// Approval: what the approval check decided, as in terminal.Result.
+	Approval *approval.Decision `json:"approval,omitempty"`
 	// Err is the Go error behind Error (errors.Is/As for Go callers); it
 	// is not part of the JSON contract.
 	Err error `json:"-"`

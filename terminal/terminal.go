@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/output"
 	"github.com/a55dbaac/berth/session"
@@ -40,6 +41,11 @@ type Result struct {
 	TruncationNote       string  `json:"truncation_note,omitempty"`
 	EnvironmentRecreated bool    `json:"environment_recreated,omitempty"`
 	ExitCodeMeaning      string  `json:"exit_code_meaning,omitempty"`
+	// Approval says what the approval check decided and by whom, for a
+	// command that matched one of its rules (absent otherwise). When the
+	// command did not run, Error holds the decision's "BLOCKED: ..."
+	// message and Err is an *approval.BlockedError.
+	Approval *approval.Decision `json:"approval,omitempty"`
 	// Err is the Go error behind Error, for callers that tell errors apart
 	// with errors.Is and errors.As (a *backend.UnreachableError,
 	// session.ErrShellLost); it is not part of the JSON contract.

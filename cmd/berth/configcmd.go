@@ -18,13 +18,17 @@ func newConfigCmd() *cobra.Command {
 		Use:   "config",
 		Short: "Show or change settings in the config file",
 		Long: `Read and edit berth's YAML configuration. Keys are terminal.<name> (or just
-<name>) and tool_output.max_bytes; "berth config keys" lists them all, with
-the keys each built-in backend declares. Lists and maps take JSON.`,
+<name>), tool_output.max_bytes, approvals.mode, approvals.timeout,
+approvals.deny and the top-level command_allowlist; "berth config keys"
+lists them all, with the keys each built-in backend declares. Lists and maps
+take JSON.`,
 		Example: `  berth config path
   berth config keys
   berth config get terminal.backend
   berth config set terminal.backend docker
-  berth config set docker_volumes '["/data:/data:ro"]'`,
+  berth config set docker_volumes '["/data:/data:ro"]'
+  berth config set command_allowlist '["git push --force*"]'
+  berth config set approvals.mode off`,
 	}
 	root.PersistentFlags().StringVar(&configPath, "config", "", "config file (default $BERTH_CONFIG, else $BERTH_HOME/config.yaml)")
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/process"
 	"github.com/a55dbaac/berth/terminal"
@@ -24,9 +25,11 @@ func newShellCmd() *cobra.Command {
 		Short: "Run commands in one persistent session",
 		Long: `Open a session in the configured environment. On a terminal it is an
 interactive prompt (Ctrl-C interrupts the running command, Ctrl-D ends the
-session). With stdin not a terminal it reads one command per line and runs
-them in order in the same session; --json prints one result object per line
-(JSON Lines).
+session); a command that needs approval (see approvals.mode) asks there:
+once, session, always (saved into command_allowlist) or deny. With stdin not
+a terminal it reads one command per line and runs them in order in the same
+session, and such commands are refused ("BLOCKED: ..."); --json prints one
+result object per line (JSON Lines).
 
 Background processes (the agent's process tool) are reached with lines that
 start with a colon:
@@ -121,7 +124,10 @@ func batchShell(ctx context.Context, m *manager.Manager, c *common, in io.Reader
 			}
 		}
 		last = res.ExitCode
-		if res.Error != nil {
+		switch {
+		case res.Approval != nil && !res.Approval.Allowed():
+			last = blockedStatus
+		case res.Error != nil:
 			last = errorStatus
 		}
 		if ctx.Err() != nil {
@@ -149,6 +155,10 @@ func interactiveShell(parent context.Context, m *manager.Manager, c *common) err
 	interruptsClaimed.Store(true)
 	defer interruptsClaimed.Store(false)
 	lines, _ := readLines(os.Stdin)
+	// A command that needs approval asks on this terminal, reading the
+	// same lines as the prompt (never both at once: the loop waits for the
+	// command while the question is open).
+	parent = approval.WithAsker(parent, approval.NewLinePromptAsker(lines, os.Stderr))
 	for {
 		fmt.Fprintf(os.Stderr, "berth %s:%s$ ", cfg.Terminal.Backend, env.Session().Cwd())
 		var line string

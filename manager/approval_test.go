@@ -1,0 +1,402 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/a55dbaac/berth/approval"
+	"github.com/a55dbaac/berth/backend"
+	_ "github.com/a55dbaac/berth/backend/local"
+	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/manager"
+	"github.com/a55dbaac/berth/terminal"
+)
+
+// guard wraps the local backend and watches everything berth sends into
+// the environment (argv and stdin). Text containing a forbidden marker is
+// recorded and never passed on, so a gate that failed to stop a floor
+// command cannot damage this machine: the test sees it instead.
+type guard struct {
+	backend.Backend
+	forbidden []string
+
+	mu   sync.Mutex
+	sent strings.Builder
+	hits []string
+}
+
+func (g *guard) check(s string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, f := range g.forbidden {
+		if strings.Contains(s, f) {
+			g.hits = append(g.hits, s)
+			return fmt.Errorf("guard: refused to pass on %q", f)
+		}
+	}
+	g.sent.WriteString(s)
+	return nil
+}
+
+// Sent returns everything passed on so far.
+func (g *guard) Sent() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sent.String()
+}
+
+// Hits returns the writes the guard refused.
+func (g *guard) Hits() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.hits...)
+}
+
+func (g *guard) Start(ctx context.Context, spec backend.ProcSpec) (backend.Process, error) {
+	if err := g.check(strings.Join(spec.Argv, " ") + "\n"); err != nil {
+		return nil, err
+	}
+	p, err := g.Backend.Start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &guardedProc{Process: p, g: g}, nil
+}
+
+type guardedProc struct {
+	backend.Process
+	g *guard
+}
+
+func (p *guardedProc) Stdin() io.WriteCloser { return &guardedStdin{w: p.Process.Stdin(), g: p.g} }
+
+type guardedStdin struct {
+	w io.WriteCloser
+	g *guard
+}
+
+func (s *guardedStdin) Write(b []byte) (int, error) {
+	if err := s.g.check(string(b)); err != nil {
+		// End the shell (EOF) so the session fails at once instead of
+		// waiting for a command that never came.
+		_ = s.w.Close()
+		return 0, err
+	}
+	return s.w.Write(b)
+}
+
+func (s *guardedStdin) Close() error { return s.w.Close() }
+
+// floorMarkers are parts of the floor commands below that nothing else the
+// tests send contains.
+var floorMarkers = []string{"--no-preserve-root", "kill -9 -1", ":|:", "mkfs", "rm -rf ~", "rm -rf $HOME"}
+
+// floorCommands are on the hardline floor on the local backend.
+var floorCommands = []string{
+	"rm -rf --no-preserve-root /",
+	"sudo rm -rf ~",
+	"cd /tmp && bash -c 'rm -rf $HOME'",
+	"kill -9 -1",
+	":(){ :|:& };:",
+	"mkfs.ext4 /dev/sda1",
+}
+
+// setup loads a configuration from a config file holding text (in a fresh
+// berth home) and returns a manager whose local environments are guarded.
+func setup(t *testing.T, text string, env map[string]string) (*manager.Manager, *guard, string) {
+	t.Helper()
+	dir := t.TempDir()
+	home := filepath.Join(dir, "berth")
+	path := filepath.Join(home, "config.yaml")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"HOME": dir, "BERTH_HOME": home}
+	for k, v := range env {
+		vars[k] = v
+	}
+	cfg, err := config.Load(config.LoadOptions{Getenv: func(k string) string { return vars[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &guard{forbidden: floorMarkers}
+	m := manager.NewWithFactory(cfg, nil, func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
+		reg, _ := backend.Lookup("local")
+		be, err := reg.New(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		g.Backend = be
+		return g, nil
+	})
+	t.Cleanup(func() { _ = m.CloseAll(context.Background()) })
+	return m, g, path
+}
+
+// asker is the human in these tests: it answers from a script, or never.
+type asker struct {
+	mu        sync.Mutex
+	answers   []approval.Answer
+	silent    bool
+	questions []approval.Question
+}
+
+func (a *asker) Ask(ctx context.Context, q approval.Question) (approval.Answer, error) {
+	a.mu.Lock()
+	a.questions = append(a.questions, q)
+	silent := a.silent
+	var ans approval.Answer
+	if !silent && len(a.answers) > 0 {
+		ans, a.answers = a.answers[0], a.answers[1:]
+	}
+	a.mu.Unlock()
+	if silent {
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	if ans == "" {
+		return "", errors.New("test asker: no answer scripted")
+	}
+	return ans, nil
+}
+
+func (a *asker) asked() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.questions)
+}
+
+func errText(r terminal.Result) string {
+	if r.Error == nil {
+		return ""
+	}
+	return *r.Error
+}
+
+// The floor holds in both modes, with an asker ready to say yes and with
+// every rule allowlisted: nothing reaches the environment.
+func TestFloorBlocksInEveryMode(t *testing.T) {
+	for _, mode := range []string{"manual", "off"} {
+		t.Run(mode, func(t *testing.T) {
+			allow := `["rule:rm-system-dir", "rule:no-preserve-root", "rule:kill-all", "rule:fork-bomb", "rule:mkfs-device", "*"]`
+			m, g, _ := setup(t, "approvals:\n  mode: "+mode+"\ncommand_allowlist: "+allow+"\n", nil)
+			a := &asker{answers: []approval.Answer{approval.AnswerAlways, approval.AnswerAlways}}
+			ctx := approval.WithAsker(context.Background(), a)
+			if r := m.Run(ctx, "k", terminal.Request{Command: "echo ready"}); r.Error != nil || strings.TrimSpace(r.Output) != "ready" {
+				t.Fatalf("harmless command: %+v", r)
+			}
+			for _, cmd := range floorCommands {
+				r := m.Run(ctx, "k", terminal.Request{Command: cmd})
+				if !strings.HasPrefix(errText(r), "BLOCKED: ") || r.ExitCode != -1 {
+					t.Errorf("%s: error %q exit %d, want BLOCKED", cmd, errText(r), r.ExitCode)
+				}
+				if r.Approval == nil || r.Approval.Outcome != approval.Blocked || r.Approval.By != approval.ByFloor {
+					t.Errorf("%s: approval %+v, want blocked by floor", cmd, r.Approval)
+				}
+				var be *approval.BlockedError
+				if !errors.As(r.Err, &be) {
+					t.Errorf("%s: Err %v is not a BlockedError", cmd, r.Err)
+				}
+				s := m.Background(ctx, "k", terminal.Request{Command: cmd, Background: true})
+				if s.Error == nil || !strings.HasPrefix(*s.Error, "BLOCKED: ") || s.SessionID != "" || s.Approval == nil || s.Approval.By != approval.ByFloor {
+					t.Errorf("%s in the background: %+v", cmd, s)
+				}
+			}
+			if a.asked() != 0 {
+				t.Errorf("the floor asked the user %d times", a.asked())
+			}
+			if h := g.Hits(); len(h) > 0 {
+				t.Errorf("floor commands reached the environment: %q", h)
+			}
+		})
+	}
+}
+
+// A dangerous command with nobody to ask is blocked with the lines that
+// would allow it; with mode off it runs, and says so.
+func TestDangerousWithoutAsker(t *testing.T) {
+	m, g, _ := setup(t, "terminal:\n  timeout: 30\n", nil)
+	dir := t.TempDir()
+	cmd := "chmod -R u+rw " + dir + " && echo CHMOD-RAN"
+	r := m.Run(context.Background(), "k", terminal.Request{Command: cmd})
+	msg := errText(r)
+	for _, want := range []string{"BLOCKED: ", "chmod-recursive", "berth config set command_allowlist", "berth config set approvals.mode off"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+	if r.Approval == nil || r.Approval.Outcome != approval.Blocked || r.Approval.By != approval.ByRule {
+		t.Errorf("approval %+v", r.Approval)
+	}
+	if strings.Contains(g.Sent(), "CHMOD-RAN") {
+		t.Error("the blocked command reached the environment")
+	}
+
+	m, g, _ = setup(t, "approvals:\n  mode: off\n", nil)
+	r = m.Run(context.Background(), "k", terminal.Request{Command: cmd})
+	if r.Error != nil || strings.TrimSpace(r.Output) != "CHMOD-RAN" {
+		t.Fatalf("mode off: %+v", r)
+	}
+	if r.Approval == nil || r.Approval.Outcome != approval.Allowed || r.Approval.By != approval.ByMode {
+		t.Errorf("mode off approval %+v", r.Approval)
+	}
+	// Harmless commands carry no approval field.
+	if r := m.Run(context.Background(), "k", terminal.Request{Command: "echo fine"}); r.Approval != nil {
+		t.Errorf("harmless command has approval %+v", r.Approval)
+	}
+	_ = g
+}
+
+// The user's answers: once runs once and asks again; session stops asking
+// for that session only; deny refuses; always is saved into the config
+// file in place and holds for a manager built from the reloaded file.
+func TestAnswers(t *testing.T) {
+	const text = "# my settings\napprovals:\n  mode: manual # ask\n"
+	m, g, path := setup(t, text, nil)
+	dir := t.TempDir()
+	cmd := "chmod -R u+rw " + dir + " && echo RAN"
+	run := func(key string, a *asker) terminal.Result {
+		return m.Run(approval.WithAsker(context.Background(), a), key, terminal.Request{Command: cmd})
+	}
+
+	a := &asker{answers: []approval.Answer{approval.AnswerOnce, approval.AnswerOnce}}
+	for i := range 2 {
+		r := run("once", a)
+		if r.Error != nil || strings.TrimSpace(r.Output) != "RAN" || r.Approval == nil || r.Approval.Outcome != approval.ApprovedOnce || r.Approval.By != approval.ByUser {
+			t.Fatalf("once #%d: %+v approval %+v", i, r, r.Approval)
+		}
+	}
+	if a.asked() != 2 {
+		t.Errorf("once: asked %d times, want 2", a.asked())
+	}
+	q := a.questions[0]
+	if q.Kind != "command" || q.Subject != cmd || q.Backend != "local" || len(q.Findings) == 0 || q.Findings[0].Rule.ID != "chmod-recursive" {
+		t.Errorf("question %+v", q)
+	}
+
+	a = &asker{answers: []approval.Answer{approval.AnswerSession}}
+	for i := range 2 {
+		if r := run("sess", a); r.Error != nil || r.Approval.Outcome != approval.ApprovedSession {
+			t.Fatalf("session #%d: %+v", i, r.Approval)
+		}
+	}
+	if a.asked() != 1 {
+		t.Errorf("session: asked %d times, want 1", a.asked())
+	}
+	// Another session is asked again; closing the session forgets it.
+	other := &asker{answers: []approval.Answer{approval.AnswerDeny}}
+	r := run("other", other)
+	if other.asked() != 1 || r.Approval.Outcome != approval.Denied || r.Approval.By != approval.ByUser || !strings.HasPrefix(errText(r), "BLOCKED: the user denied") {
+		t.Errorf("other session: asked %d, %+v", other.asked(), r.Approval)
+	}
+	if err := m.Close(context.Background(), "sess"); err != nil {
+		t.Fatal(err)
+	}
+	again := &asker{answers: []approval.Answer{approval.AnswerDeny}}
+	if r := run("sess", again); again.asked() != 1 || r.Approval.Outcome != approval.Denied {
+		t.Errorf("after Close: asked %d, %+v", again.asked(), r.Approval)
+	}
+
+	a = &asker{answers: []approval.Answer{approval.AnswerAlways}}
+	r = run("always", a)
+	if r.Error != nil || r.Approval.Outcome != approval.ApprovedAlways || r.Approval.Pattern == "" {
+		t.Fatalf("always: %+v %+v", r, r.Approval)
+	}
+	saved, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(saved), text) || !strings.Contains(string(saved), "command_allowlist: [") {
+		t.Errorf("config file after always:\n%s", saved)
+	}
+	cfg, err := config.Load(config.LoadOptions{ConfigPath: path, Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.CommandAllowlist) != 1 || cfg.CommandAllowlist[0] != r.Approval.Pattern {
+		t.Errorf("saved allowlist %q, decision pattern %q", cfg.CommandAllowlist, r.Approval.Pattern)
+	}
+	// A fresh manager from the file runs it without asking anyone.
+	m2 := manager.New(cfg, nil)
+	t.Cleanup(func() { _ = m2.CloseAll(context.Background()) })
+	r = m2.Run(context.Background(), "k", terminal.Request{Command: cmd})
+	if r.Error != nil || r.Approval == nil || r.Approval.Outcome != approval.Allowed || r.Approval.By != approval.ByAllowlist {
+		t.Errorf("after always, new manager: %+v %+v", r, r.Approval)
+	}
+	if h := g.Hits(); len(h) > 0 {
+		t.Errorf("guard hits: %q", h)
+	}
+}
+
+// Silence denies after approvals.timeout.
+func TestTimeoutDenies(t *testing.T) {
+	m, g, _ := setup(t, "approvals:\n  timeout: 1\n", nil)
+	a := &asker{silent: true}
+	r := m.Run(approval.WithAsker(context.Background(), a), "k", terminal.Request{Command: "git push --force origin main # NEVER-SENT"})
+	if r.Approval == nil || r.Approval.Outcome != approval.Denied || r.Approval.By != approval.ByTimeout {
+		t.Fatalf("approval %+v", r.Approval)
+	}
+	if !strings.Contains(errText(r), "did not answer within 1s") {
+		t.Errorf("message %q", errText(r))
+	}
+	if strings.Contains(g.Sent(), "NEVER-SENT") {
+		t.Error("the command reached the environment")
+	}
+}
+
+// approvals.deny blocks in mode off, whatever the allowlist says.
+func TestDenyPattern(t *testing.T) {
+	m, g, _ := setup(t, "approvals:\n  mode: off\n  deny: [\"echo SECRET*\"]\ncommand_allowlist: [\"echo SECRET*\"]\n", nil)
+	r := m.Run(context.Background(), "k", terminal.Request{Command: "true && echo SECRET-STUFF"})
+	if r.Approval == nil || r.Approval.Outcome != approval.Blocked || r.Approval.By != approval.ByDeny || r.Approval.Pattern != "echo SECRET*" {
+		t.Fatalf("approval %+v", r.Approval)
+	}
+	if strings.Contains(g.Sent(), "SECRET-STUFF") {
+		t.Error("the denied command reached the environment")
+	}
+}
+
+// A sandboxed backend runs dangerous commands without asking.
+func TestSandboxedDoesNotAsk(t *testing.T) {
+	m, _, _ := setup(t, "terminal:\n  backend: modal\n", nil)
+	a := &asker{}
+	dir := t.TempDir()
+	// The factory still gives a (guarded) local environment: only the
+	// configured backend's name decides here.
+	r := m.Run(approval.WithAsker(context.Background(), a), "k", terminal.Request{Command: "chmod -R u+rw " + dir + " && echo OK"})
+	if r.Error != nil || r.Approval == nil || r.Approval.By != approval.BySandbox || a.asked() != 0 {
+		t.Errorf("%+v approval %+v asked %d", r, r.Approval, a.asked())
+	}
+}
+
+// File-tool writes to sensitive paths go through the same gate.
+func TestApproveWrite(t *testing.T) {
+	m, _, _ := setup(t, "", nil)
+	home := m.Config().Getenv("HOME")
+	d, err := m.ApproveWrite(context.Background(), "k", filepath.Join(home, ".ssh", "authorized_keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d == nil || d.Allowed() || d.Outcome != approval.Blocked || !strings.HasPrefix(d.Message, "BLOCKED: ") {
+		t.Errorf("write to ~/.ssh: %+v", d)
+	}
+	d, err = m.ApproveWrite(context.Background(), "k", filepath.Join(t.TempDir(), "notes.txt"))
+	if err != nil || d != nil {
+		t.Errorf("ordinary write: %+v, %v", d, err)
+	}
+	a := &asker{answers: []approval.Answer{approval.AnswerOnce}}
+	d, _ = m.ApproveWrite(approval.WithAsker(context.Background(), a), "k", filepath.Join(home, ".bashrc"))
+	if d == nil || !d.Allowed() || d.Outcome != approval.ApprovedOnce || a.asked() != 1 || a.questions[0].Kind != "write" {
+		t.Errorf("write to ~/.bashrc approved once: %+v asked %d", d, a.asked())
+	}
+}
