@@ -263,15 +263,15 @@ func (s *Suite) testBackgroundLogList(t *testing.T) {
 func (s *Suite) testForegroundPromotion(t *testing.T) {
 	m, _ := s.mgr(t, 0)
 	res := m.Terminal(context.Background(), "k", terminal.Request{Command: "echo promoted", Timeout: 601})
-	r, ok := res.(process.StartResult)
-	if !ok || r.Error != nil || !idPattern.MatchString(r.SessionID) || !strings.Contains(r.Output, "background") {
+	r := res.Background
+	if r == nil || r.Error != nil || !idPattern.MatchString(r.SessionID) || !strings.Contains(r.Output, "background") {
 		t.Fatalf("foreground request with timeout 601: %#v", res)
 	}
 	w := m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 20})
 	if w["output"] != "promoted" {
 		t.Fatalf("promoted job: %v", w)
 	}
-	if _, ok := m.Terminal(context.Background(), "k", terminal.Request{Command: "true", Timeout: 600}).(terminal.Result); !ok {
+	if m.Terminal(context.Background(), "k", terminal.Request{Command: "true", Timeout: 600}).Foreground == nil {
 		t.Fatalf("timeout 600 should stay in the foreground")
 	}
 }

@@ -307,7 +307,7 @@ func (c *conf) testTilde(t *testing.T) {
 	if _, err := files.Patch(ctxT(t), c.env, "~/"+sub+"/t.txt", "sweet", "dear", false); err != nil {
 		t.Fatal(err)
 	}
-	s, err := files.Search(ctxT(t), c.env, "dear", "~/"+sub, "content", "", 0, 0, 0)
+	s, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "dear", Path: "~/"+sub, Target: "content"})
 	if err != nil || s.Total != 1 {
 		t.Fatalf("search under ~: %+v %v", s, err)
 	}
@@ -331,7 +331,7 @@ func (c *conf) testRelative(t *testing.T) {
 	if _, err := files.Patch(ctxT(t), c.env, "./sub/../sub/rel.txt", "relative", "patched", false); err != nil {
 		t.Fatal(err)
 	}
-	s, err := files.Search(ctxT(t), c.env, "patched", "", "content", "", 0, 0, 0)
+	s, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "patched", Target: "content"})
 	if err != nil || s.Total != 1 || s.Matches[0].Path != d+"/sub/rel.txt" {
 		t.Fatalf("search in the session's cwd: %+v %v", s, err)
 	}
@@ -473,7 +473,7 @@ func (c *conf) testStrangePaths(t *testing.T) {
 			t.Fatalf("%q: content differs after patch", name)
 		}
 	}
-	s, err := files.Search(ctxT(t), c.env, "bye", d, "content", "", 100, 0, 0)
+	s, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "bye", Path: d, Target: "content", Limit: 100})
 	if err != nil || s.Total < 10 {
 		t.Fatalf("search among strange names: total %d, err %v", s.Total, err)
 	}
@@ -486,7 +486,7 @@ func (c *conf) testStrangePaths(t *testing.T) {
 	if !found {
 		t.Fatalf("search did not report %q: %+v", d+"/quote's.txt", s.Matches)
 	}
-	f, err := files.Search(ctxT(t), c.env, "*日本*", d, "files", "", 0, 0, 0)
+	f, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "*日本*", Path: d, Target: "files"})
 	if err != nil || f.Total != 1 || f.Files[0] != d+"/ünïcødé-日本.txt" {
 		t.Fatalf("file search for a non-ASCII name: %+v %v", f, err)
 	}
@@ -592,7 +592,7 @@ func (c *conf) tree(t *testing.T) string {
 
 func (c *conf) testSearchContent(t *testing.T) {
 	d := c.tree(t)
-	s, err := files.Search(ctxT(t), c.env, "needle", d, "content", "", 0, 0, 0)
+	s, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "needle", Path: d, Target: "content"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -609,23 +609,23 @@ func (c *conf) testSearchContent(t *testing.T) {
 	if m := byPath[d+"/docs/readme.md"]; m.Line != 4 || m.Content != "needle three" {
 		t.Fatalf("readme match %+v", m)
 	}
-	s, err = files.Search(ctxT(t), c.env, "needle", d, "content", "*.go", 0, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "needle", Path: d, Target: "content", FileGlob: "*.go"})
 	if err != nil || s.Total != 2 {
 		t.Fatalf("file_glob *.go: %+v %v", s, err)
 	}
-	s, err = files.Search(ctxT(t), c.env, "needle", d, "content", "*.{ts,tsx}", 0, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "needle", Path: d, Target: "content", FileGlob: "*.{ts,tsx}"})
 	if err != nil || s.Total != 2 {
 		t.Fatalf("file_glob *.{ts,tsx}: %+v %v", s, err)
 	}
-	s, err = files.Search(ctxT(t), c.env, "Needle\\(\\)", d, "content", "", 0, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "Needle\\(\\)", Path: d, Target: "content"})
 	if err != nil || s.Total != 1 || s.Matches[0].Path != d+"/lib/util.go" {
 		t.Fatalf("regex search: %+v %v", s, err)
 	}
-	s, err = files.Search(ctxT(t), c.env, "absent-text-xyz", d, "content", "", 0, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "absent-text-xyz", Path: d, Target: "content"})
 	if err != nil || s.Total != 0 || s.Matches == nil || s.Truncated {
 		t.Fatalf("no matches: %+v %v", s, err)
 	}
-	s, err = files.Search(ctxT(t), c.env, "needle", d+"/main.go", "content", "", 0, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "needle", Path: d+"/main.go", Target: "content"})
 	if err != nil || s.Total != 1 || s.Matches[0].Path != d+"/main.go" {
 		t.Fatalf("search in one file: %+v %v", s, err)
 	}
@@ -634,7 +634,7 @@ func (c *conf) testSearchContent(t *testing.T) {
 func (c *conf) testSearchContext(t *testing.T) {
 	d := c.scratch(t)
 	c.write(t, d+"/ctx.txt", "a\nb\nTARGET 1\nc\nd\ne\nf\nTARGET 2\ng\n")
-	s, err := files.Search(ctxT(t), c.env, "TARGET", d, "content", "", 0, 1, 0)
+	s, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "TARGET", Path: d, Target: "content", Context: 1})
 	if err != nil || s.Total != 2 {
 		t.Fatalf("context search: %+v %v", s, err)
 	}
@@ -651,11 +651,11 @@ func (c *conf) testSearchContext(t *testing.T) {
 func (c *conf) testSearchPagination(t *testing.T) {
 	d := c.scratch(t)
 	c.sh(t, "i=1; while [ $i -le 120 ]; do echo hit $i; i=$((i+1)); done >"+shellword.Quote(d+"/many.txt"))
-	s, err := files.Search(ctxT(t), c.env, "hit", d, "content", "", 0, 0, 0)
+	s, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "hit", Path: d, Target: "content"})
 	if err != nil || s.Total != 120 || len(s.Matches) != files.DefaultSearchLimit || !s.Truncated || !strings.Contains(s.Hint, "offset=50") {
 		t.Fatalf("first page: total %d, %d shown, truncated %v, hint %q, err %v", s.Total, len(s.Matches), s.Truncated, s.Hint, err)
 	}
-	s, err = files.Search(ctxT(t), c.env, "hit", d, "content", "", 30, 0, 100)
+	s, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "hit", Path: d, Target: "content", Limit: 30, Offset: 100})
 	if err != nil || len(s.Matches) != 20 || s.Matches[0].Line != 101 || s.Truncated {
 		t.Fatalf("last page: %d shown, first %+v, truncated %v, err %v", len(s.Matches), s.Matches, s.Truncated, err)
 	}
@@ -663,7 +663,7 @@ func (c *conf) testSearchPagination(t *testing.T) {
 
 func (c *conf) testSearchFiles(t *testing.T) {
 	d := c.tree(t)
-	s, err := files.Search(ctxT(t), c.env, "*.go", d, "files", "", 0, 0, 0)
+	s, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "*.go", Path: d, Target: "files"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -671,15 +671,15 @@ func (c *conf) testSearchFiles(t *testing.T) {
 	if s.Total != 3 || strings.Join(s.Files, ",") != strings.Join(want, ",") {
 		t.Fatalf("files *.go: %+v, want %q", s, want)
 	}
-	s, err = files.Search(ctxT(t), c.env, "lib/*_test.go", d, "files", "", 0, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "lib/*_test.go", Path: d, Target: "files"})
 	if err != nil || s.Total != 1 || s.Files[0] != d+"/lib/util_test.go" {
 		t.Fatalf("files lib/*_test.go: %+v %v", s, err)
 	}
-	s, err = files.Search(ctxT(t), c.env, "", d, "files", "*.ts*", 2, 0, 1)
+	s, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "", Path: d, Target: "files", FileGlob: "*.ts*", Limit: 2, Offset: 1})
 	if err != nil || s.Total != 2 || len(s.Files) != 1 || s.Files[0] != d+"/web/view.tsx" {
 		t.Fatalf("files with file_glob and offset: %+v %v", s, err)
 	}
-	s, err = files.Search(ctxT(t), c.env, "*", d, "files", "", 2, 0, 0)
+	s, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "*", Path: d, Target: "files", Limit: 2})
 	if err != nil || s.Total != 6 || len(s.Files) != 2 || !s.Truncated {
 		t.Fatalf("all files, limit 2: %+v %v", s, err)
 	}
@@ -687,15 +687,15 @@ func (c *conf) testSearchFiles(t *testing.T) {
 
 func (c *conf) testSearchErrors(t *testing.T) {
 	d := c.scratch(t)
-	_, err := files.Search(ctxT(t), c.env, "x", d+"/nope", "content", "", 0, 0, 0)
+	_, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "x", Path: d+"/nope", Target: "content"})
 	wantErr(t, err, "does not exist")
 	c.write(t, d+"/f.txt", "x\n")
-	_, err = files.Search(ctxT(t), c.env, "(unclosed", d, "content", "", 0, 0, 0)
+	_, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "(unclosed", Path: d, Target: "content"})
 	if err == nil {
 		t.Fatal("an invalid regular expression gave no error")
 	}
-	_, err = files.Search(ctxT(t), c.env, "x", d, "bogus", "", 0, 0, 0)
+	_, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "x", Path: d, Target: "bogus"})
 	wantErr(t, err, "target", "content", "files")
-	_, err = files.Search(ctxT(t), c.env, "", d, "content", "", 0, 0, 0)
+	_, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "", Path: d, Target: "content"})
 	wantErr(t, err, "empty")
 }

@@ -258,7 +258,7 @@ func TestFileToolsRedactSecrets(t *testing.T) {
 				t.Fatalf("read at offset %d lost lines: %q", off, r.Content)
 			}
 		}
-		s, err := files.Search(context.Background(), env, "OPENAI|MIIE|BEGIN", d, "content", "", 0, 3, 0)
+		s, err := files.Search(context.Background(), env, files.SearchRequest{Pattern: "OPENAI|MIIE|BEGIN", Path: d, Context: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,7 +337,7 @@ func TestShellScriptsImmuneToUserShellState(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(d, "a.txt")); string(got) != big {
 		t.Fatal("large write under noclobber: content differs")
 	}
-	s, err := files.Search(context.Background(), env, "0123", d, "content", "", 0, 0, 0)
+	s, err := files.Search(context.Background(), env, files.SearchRequest{Pattern: "0123", Path: d})
 	if err != nil || s.Total != 1 {
 		t.Fatalf("search: %+v %v", s, err)
 	}

@@ -65,7 +65,23 @@ const (
 // the grep fallback on a machine that has rg.
 var noRipgrep = false
 
-// Search looks for pattern under path (default the session's cwd).
+// SearchRequest is a search_files call, with the contract's field names.
+type SearchRequest struct {
+	Pattern  string `json:"pattern"`
+	Path     string `json:"path,omitempty"`      // default: the session's cwd
+	Target   string `json:"target,omitempty"`    // "content" (default) or "files"
+	FileGlob string `json:"file_glob,omitempty"` // e.g. "*.go", "*.{ts,tsx}"
+	Limit    int    `json:"limit,omitempty"`     // default 50, at most 500
+	Context  int    `json:"context,omitempty"`   // lines around each content match
+	Offset   int    `json:"offset,omitempty"`    // results to skip (pagination)
+}
+
+// Search runs a SearchRequest; see search for what each field does.
+func Search(ctx context.Context, env *terminal.Env, req SearchRequest) (SearchResult, error) {
+	return search(ctx, env, req.Pattern, req.Path, req.Target, req.FileGlob, req.Limit, req.Context, req.Offset)
+}
+
+// search looks for pattern under path (default the session's cwd).
 //
 // With target "content" (the default) pattern is a regular expression
 // matched against file contents, and each match comes with its path, line
@@ -80,7 +96,7 @@ var noRipgrep = false
 // counts them all. rg is used when the environment has it (it skips hidden
 // and git-ignored files); otherwise grep -r for content and find for files,
 // skipping .git and node_modules.
-func Search(ctx context.Context, env *terminal.Env, pattern, path, target, fileGlob string, limit, context, offset int) (SearchResult, error) {
+func search(ctx context.Context, env *terminal.Env, pattern, dir, target, fileGlob string, limit, around, offset int) (SearchResult, error) {
 	if target == "" {
 		target = "content"
 	}
@@ -101,11 +117,11 @@ func Search(ctx context.Context, env *terminal.Env, pattern, path, target, fileG
 	}
 	limit = min(limit, MaxSearchLimit)
 	offset = max(offset, 0)
-	context = min(max(context, 0), MaxSearchContext)
-	if path == "" {
-		path = "."
+	around = min(max(around, 0), MaxSearchContext)
+	if dir == "" {
+		dir = "."
 	}
-	root, err := resolve(ctx, env, path)
+	root, err := resolve(ctx, env, dir)
 	if err != nil {
 		return SearchResult{}, fmt.Errorf("search_files: %w", err)
 	}
@@ -117,7 +133,7 @@ func Search(ctx context.Context, env *terminal.Env, pattern, path, target, fileG
 	}
 	var res SearchResult
 	if target == "content" {
-		res, err = searchContent(ctx, env, root, pattern, fileGlob, globRe, limit, context, offset)
+		res, err = searchContent(ctx, env, root, pattern, fileGlob, globRe, limit, around, offset)
 	} else {
 		var nameRe *regexp.Regexp
 		if nameRe, err = globRegexp(pattern); err != nil {

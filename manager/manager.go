@@ -262,14 +262,37 @@ func (m *Manager) create(ctx context.Context, key string) (env *terminal.Env, er
 	return env, nil
 }
 
+// TerminalResult is a terminal tool call's answer: exactly one of
+// Foreground and Background is set.
+type TerminalResult struct {
+	Foreground *terminal.Result
+	Background *process.StartResult
+}
+
+// Value is the set result, for encoding as the tool's JSON result.
+func (r TerminalResult) Value() any {
+	if r.Background != nil {
+		return *r.Background
+	}
+	return *r.Foreground
+}
+
+// Failed reports whether the call could not run (its "error" is set).
+func (r TerminalResult) Failed() bool {
+	if r.Background != nil {
+		return r.Background.Error != nil
+	}
+	return r.Foreground.Error != nil
+}
+
 // Terminal answers a terminal tool call the way the contract describes: a
-// background request starts a tracked process (process.StartResult); a
-// foreground request whose timeout exceeds max_foreground_timeout is run in
-// the background instead and says so; anything else runs in the foreground
-// (terminal.Result).
-func (m *Manager) Terminal(ctx context.Context, key string, req terminal.Request) any {
+// background request starts a tracked process; a foreground request whose
+// timeout exceeds max_foreground_timeout is run in the background instead
+// and says so; anything else runs in the foreground.
+func (m *Manager) Terminal(ctx context.Context, key string, req terminal.Request) TerminalResult {
 	if req.Background {
-		return m.Background(ctx, key, req)
+		res := m.Background(ctx, key, req)
+		return TerminalResult{Background: &res}
 	}
 	if limit := m.cfg.Terminal.MaxForegroundTimeout; limit > 0 && req.Timeout > limit {
 		res := m.Background(ctx, key, req)
@@ -278,9 +301,10 @@ func (m *Manager) Terminal(ctx context.Context, key string, req terminal.Request
 				"so it was started in the background. Follow it with the process tool: "+
 				"action \"wait\", \"poll\" or \"log\" with session_id %q.", req.Timeout, limit, res.SessionID)
 		}
-		return res
+		return TerminalResult{Background: &res}
 	}
-	return m.Run(ctx, key, req)
+	res := m.Run(ctx, key, req)
+	return TerminalResult{Foreground: &res}
 }
 
 // Background starts req as a tracked background process in key's

@@ -46,10 +46,6 @@ type Options struct {
 	ShareEnvironment bool
 	// Version is reported to clients as the server's version.
 	Version string
-	// ExtraTools registers further tools on the server (the process tool).
-	// envKey maps a call to the environment key this server uses for it, so
-	// the extra tools reach the same environments as the terminal tool.
-	ExtraTools func(s *mcp.Server, envKey func(*mcp.CallToolRequest) string)
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
 	// Context, when done, cancels every running and later tool call, as
@@ -115,9 +111,6 @@ func New(m *manager.Manager, opts Options) *Server {
 		&mcp.ServerOptions{Instructions: instructions, Logger: log})
 	srv.AddReceivingMiddleware(s.guard)
 	s.register(srv)
-	if opts.ExtraTools != nil {
-		opts.ExtraTools(srv, s.key)
-	}
 	return &Server{Server: srv, s: s}
 }
 
@@ -634,14 +627,7 @@ func (s *server) terminal(ctx context.Context, req *mcp.CallToolRequest, in term
 	if p := ask.Pending(); p != nil {
 		return p, nil, nil
 	}
-	isErr := false
-	switch r := res.(type) {
-	case terminal.Result:
-		isErr = r.Error != nil
-	case process.StartResult:
-		isErr = r.Error != nil
-	}
-	return &mcp.CallToolResult{IsError: isErr}, res, nil
+	return &mcp.CallToolResult{IsError: res.Failed()}, res.Value(), nil
 }
 
 type processArgs struct {
@@ -755,7 +741,7 @@ func (s *server) search(ctx context.Context, req *mcp.CallToolRequest, in search
 	if err != nil {
 		return errorResult(err)
 	}
-	res, err := files.Search(ctx, env, in.Pattern, in.Path, in.Target, in.FileGlob, in.Limit, in.Context, in.Offset)
+	res, err := files.Search(ctx, env, files.SearchRequest{Pattern: in.Pattern, Path: in.Path, Target: in.Target, FileGlob: in.FileGlob, Limit: in.Limit, Context: in.Context, Offset: in.Offset})
 	if err != nil {
 		return errorResult(err)
 	}
