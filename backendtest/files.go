@@ -307,7 +307,7 @@ func (c *conf) testTilde(t *testing.T) {
 	if _, err := files.Patch(ctxT(t), c.env, "~/"+sub+"/t.txt", "sweet", "dear", false); err != nil {
 		t.Fatal(err)
 	}
-	s, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "dear", Path: "~/"+sub, Target: "content"})
+	s, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "dear", Path: "~/" + sub, Target: "content"})
 	if err != nil || s.Total != 1 {
 		t.Fatalf("search under ~: %+v %v", s, err)
 	}
@@ -625,7 +625,7 @@ func (c *conf) testSearchContent(t *testing.T) {
 	if err != nil || s.Total != 0 || s.Matches == nil || s.Truncated {
 		t.Fatalf("no matches: %+v %v", s, err)
 	}
-	s, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "needle", Path: d+"/main.go", Target: "content"})
+	s, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "needle", Path: d + "/main.go", Target: "content"})
 	if err != nil || s.Total != 1 || s.Matches[0].Path != d+"/main.go" {
 		t.Fatalf("search in one file: %+v %v", s, err)
 	}
@@ -687,7 +687,7 @@ func (c *conf) testSearchFiles(t *testing.T) {
 
 func (c *conf) testSearchErrors(t *testing.T) {
 	d := c.scratch(t)
-	_, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "x", Path: d+"/nope", Target: "content"})
+	_, err := files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "x", Path: d + "/nope", Target: "content"})
 	wantErr(t, err, "does not exist")
 	c.write(t, d+"/f.txt", "x\n")
 	_, err = files.Search(ctxT(t), c.env, files.SearchRequest{Pattern: "(unclosed", Path: d, Target: "content"})
