@@ -211,7 +211,7 @@ func nestingDepth(command string) int {
 		case '|', '!':
 			chain++
 		case '(':
-			if i+1 < n && command[i+1] == '(' {
+			if i+1 < n && command[i+1] == '(' && top() != 'A' && top() != '(' {
 				stack = append(stack, 'A')
 				i++
 			} else {
