@@ -303,3 +303,8 @@ func isZombie(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z'
 }
+
+// prctlGetDumpable reads this process's dumpable flag.
+func prctlGetDumpable() (int, error) {
+	return unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+}
