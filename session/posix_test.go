@@ -44,7 +44,7 @@ func TestPOSIXShHelpers(t *testing.T) {
 	check(session.Request{Command: "cat", Stdin: []byte("one\n")}, "one\n", 0)
 	check(session.Request{Command: "cat", Stdin: []byte("two\n")}, "two\n", 0)
 	check(session.Request{Command: "echo before; exec >/dev/null 2>&1; echo hidden"}, "before\n", 0)
-	check(session.Request{Command: "echo after; pwd"}, "after\n" + dir + "\n", 0)
+	check(session.Request{Command: "echo after; pwd"}, "after\n"+dir+"\n", 0)
 	_, r := runOut(t, s, session.Request{Command: "sleep 1061 & sleep 1061", Timeout: 500 * time.Millisecond})
 	if r.ExitCode != 124 {
 		t.Fatalf("timeout: exit %d", r.ExitCode)
