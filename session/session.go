@@ -25,6 +25,18 @@
 // dies (exit, exec, set -e, kill -9 $$, a timeout) is replaced on the next
 // command with its working directory and exported variables restored.
 //
+// What the kill cannot guarantee: a process that clears its environment
+// (env -i, a setuid program, sudo) and also leaves the shell's process
+// group and tree is out of reach of the mark; so is one running as another
+// user (its /proc/PID/environ is unreadable), and on a target without awk
+// and grep the mark is not scanned at all. A process that forks faster than
+// the kill script can scan /proc and also leaves the group is frozen round
+// after round but may outrun it. A timeout or interrupt kills everything
+// the session's shells started, including background jobs of earlier
+// commands (the shell is replaced anyway); background jobs of the process
+// tool have their own mark and are not touched. Containers collect orphans
+// in their init; on a remote host berth can do no more than this.
+//
 // What framing cannot guarantee: the frame and the command share one pipe
 // and the commands arrive on the shell's stdin, so code running in the
 // environment as the same user can read /proc/<shell>/fd/0 (learning later
