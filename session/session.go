@@ -28,8 +28,8 @@
 // What the kill cannot guarantee: a process that clears its environment
 // (env -i, a setuid program, sudo) and also leaves the shell's process
 // group and tree is out of reach of the mark; so is one running as another
-// user (its /proc/PID/environ is unreadable), and on a target without awk
-// and grep the mark is not scanned at all. A process that forks faster than
+// user (its /proc/PID/environ is unreadable), and on a target without grep
+// the mark is not scanned at all. A process that forks faster than
 // the kill script can scan /proc and also leaves the group is frozen round
 // after round but may outrun it. A timeout or interrupt kills everything
 // the session's shells started, including background jobs of earlier
