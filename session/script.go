@@ -42,11 +42,14 @@ const (
 // bootstrap returns the argv that starts a persistent shell marked with tag:
 // bash when the target has it, else POSIX sh. Both read their script from
 // stdin. The mark is exported before the exec so that it is in the shell's
-// initial environment, which bash's forks (subshells, `f &`) keep.
+// initial environment, which bash's forks (subshells, `f &`) keep. The
+// helpers of the shell's kind travel the same way, in __berth_init, which
+// the init script evaluates and unsets: a shell reads its piped stdin one
+// byte at a time, so a few kilobytes there would slow every start.
 func bootstrap(tag string) []string {
 	return []string{"/bin/sh", "-c",
-		TreeVar + "=$1; export " + TreeVar + "; if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc; fi; exec sh",
-		"berth-shell", tag}
+		TreeVar + "=$1; export " + TreeVar + "; if command -v bash >/dev/null 2>&1; then __berth_init=$2; export __berth_init; exec bash --noprofile --norc; fi; __berth_init=$3; export __berth_init; exec sh",
+		"berth-shell", tag, bashHelpers, shHelpers}
 }
 
 // commandEnv keeps commands from waiting on a pager or a credential prompt;
@@ -210,10 +213,10 @@ __berth_ready() {
 // initScript is written to a fresh shell before anything else. It moves
 // the output pipe to the shell's private frame descriptor and rests stdout
 // and stderr on /dev/null (each command gets the pipe back through its own
-// redirections), sets the pager variables and defines the helpers of the
-// shell's kind. Errors while it runs are dropped with stderr.
-var initScript = `if [ -n "${BASH_VERSION-}" ]; then exec ` + frameFDBash + `>&1; eval ` + shellword.Quote(bashHelpers) +
-	`; shopt -s expand_aliases; else exec ` + frameFDSh + `>&1; eval ` + shellword.Quote(shHelpers) + `; fi
+// redirections), defines the helpers of the shell's kind (handed over by
+// bootstrap) and sets the pager variables.
+const initScript = `if [ -n "${BASH_VERSION-}" ]; then exec ` + frameFDBash + `>&1; shopt -s expand_aliases; else exec ` + frameFDSh + `>&1; fi
+eval "$__berth_init"; unset __berth_init
 exec 1>/dev/null 2>&1
 unset HISTFILE PROMPT_COMMAND
 PS1= PS2=
