@@ -52,7 +52,7 @@ func requireRoot(t *testing.T, tools ...string) {
 }
 
 func newLocal(t testing.TB, cwd string) backend.Backend {
-	cfg := config.Defaults()
+	cfg := config.Default().Terminal
 	cfg.Cwd = cwd
 	be, err := local.New(backend.Options{Config: cfg})
 	if err != nil {
@@ -91,7 +91,7 @@ func TestStalePIDNotKilled(t *testing.T) {
 
 func stalePIDHelper() {
 	fail := func(f string, a ...any) { fmt.Printf(f+"\n", a...); os.Exit(1) }
-	be, err := local.New(backend.Options{Config: config.Defaults()})
+	be, err := local.New(backend.Options{Config: config.Default().Terminal})
 	if err != nil {
 		fail("local: %v", err)
 	}

@@ -47,7 +47,7 @@ func requireRoot(t *testing.T) {
 }
 
 func helperSession() *session.Session {
-	be, err := local.New(backend.Options{Config: config.Defaults()})
+	be, err := local.New(backend.Options{Config: config.Default().Terminal})
 	if err != nil {
 		fmt.Println("local:", err)
 		os.Exit(1)
