@@ -9,6 +9,8 @@
 //   - Terminal: the persistent session through the terminal tool (framing,
 //     state, timeouts that kill trees, interrupts, the output pipeline).
 //   - Background: the process tool and the environment lifecycle.
+//   - Hardening: what a hostile or careless command must not do to the
+//     session (issue 9: wedges, escapes, shell state, forged frames).
 //   - Files: read_file, write_file, patch and search_files.
 //   - FileWriter, when the backend implements backend.FileWriter:
 //     byte-exact writes and clean failures.
@@ -103,6 +105,7 @@ func Run(t *testing.T, f func(t testing.TB) backend.Backend, opts Options) {
 	group(t, "Process", s.processTests())
 	group(t, "Terminal", s.terminalTests())
 	group(t, "Background", s.backgroundTests())
+	group(t, "Hardening", s.hardeningTests())
 	t.Run("Files", func(t *testing.T) {
 		RunFiles(t, s.env(t))
 	})

@@ -32,16 +32,42 @@ type Detached struct {
 	// descendant keeps the stream open). It is never closed; a command
 	// killed by a signal reports nothing here and is seen through Wait.
 	Exited <-chan int
+
+	sess *Session
+	id   identity
+}
+
+// Kill stops the process and everything it started (see KillTree), after
+// checking that its pid still belongs to it.
+func (d *Detached) Kill(ctx context.Context) error {
+	if d.PID <= 0 {
+		return errors.New("session: background process has no known pid")
+	}
+	return d.sess.kill(ctx, d.PID, d.id.start, d.id.mark)
 }
 
 // detachedWrapper reads one line from stdin holding the printf %b encoded
-// preamble (cwd, exported variables, the command), prints its own pid on a
-// line, and evaluates the preamble. Secrets in the preamble never appear in
-// an argv. The wrapper's stdin then belongs to the command.
+// preamble (cwd, exported variables, the command), prints its own pid and
+// start time on a line, and evaluates the preamble. Secrets in the preamble
+// never appear in an argv. The wrapper's stdin then belongs to the command.
 const detachedWrapper = `IFS= read -r __berth_l || exit 127
 exec 2>&1
-printf '%s\n' "$$"
-eval "$(printf '%b' "$__berth_l")"`
+` + selfLine + `
+eval "$(command printf '%b' "$__berth_l")"`
+
+// selfLine prints "<pid> <start time>" of the shell that runs it.
+const selfLine = `__berth_st=
+if IFS= read -r __berth_s </proc/$$/stat; then __berth_s=${__berth_s##*) }; set -- $__berth_s; __berth_st=${20-}; fi
+command printf '%s %s\n' "$$" "$__berth_st"`
+
+// markArgv prefixes argv so that it starts with mark (NAME=value) in its
+// environment from the first instruction on, on every backend (some cannot
+// pass an environment, and a variable exported later would miss the
+// shell's own forks).
+func markArgv(mark string, argv ...string) []string {
+	name, value, _ := strings.Cut(mark, "=")
+	return append([]string{"/bin/sh", "-c", name + `=$1; export ` + name + `; shift; exec "$@"`, "berth-mark", value}, argv...)
+}
 
 // StartDetached starts command in the session's environment as a separate
 // process: it runs with the session's current cwd (or workdir) and exported
@@ -88,12 +114,13 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 	if bash {
 		sh = "bash"
 	}
+	mark := TreeVar + "=" + nonce()
 	var p backend.Process
 	var err error
 	if tty {
-		p, err = s.startDetachedTTY(ctx, sh, pre.String())
+		p, err = s.startDetachedTTY(ctx, mark, sh, pre.String())
 	} else {
-		p, err = s.be.Start(ctx, backend.ProcSpec{Argv: []string{sh, "-c", detachedWrapper, "berth-bg"}})
+		p, err = s.be.Start(ctx, backend.ProcSpec{Argv: markArgv(mark, sh, "-c", detachedWrapper, "berth-bg")})
 		if err == nil {
 			line := printfLine([]byte(pre.String()))
 			line = line[1:len(line)-1] + "\n" // raw %b text, no shell quotes
@@ -112,7 +139,7 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 		for {
 			l, err := br.ReadString('\n')
 			l = strings.TrimRight(l, "\r\n")
-			if _, perr := strconv.Atoi(l); perr == nil || err != nil {
+			if _, perr := strconv.Atoi(strings.Fields(l + " x")[0]); perr == nil || err != nil {
 				pidc <- l
 				return
 			}
@@ -129,7 +156,18 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 		p.Close()
 		return nil, ctx.Err()
 	}
-	pid, _ := strconv.Atoi(pidLine)
+	f := strings.Fields(pidLine)
+	id := identity{mark: mark}
+	var pid int
+	if len(f) > 0 {
+		pid, _ = strconv.Atoi(f[0])
+	}
+	if len(f) > 1 {
+		id.start = f[1]
+	}
+	if pid > 0 {
+		s.remember(pid, id)
+	}
 	pr, pw := io.Pipe()
 	exited := make(chan int, 1)
 	go func() {
@@ -159,26 +197,26 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 			}
 		}
 	}()
-	return &Detached{Proc: p, PID: pid, Output: pr, Exited: exited}, nil
+	return &Detached{Proc: p, PID: pid, Output: pr, Exited: exited, sess: s, id: id}, nil
 }
 
 // detachedTTYWrapper runs the preamble from a private file ($1) that it
 // deletes at once, so nothing has to be typed into the terminal (which
 // would echo it, secrets included, and cut lines at 4 KiB).
 const detachedTTYWrapper = `exec 2>&1
-printf '%s\n' "$$"
 __berth_f=$1
+` + selfLine + `
 . "$__berth_f"`
 
 // startDetachedTTY writes the preamble to a 0600 file inside the target
 // (content on stdin, never in argv), then starts the wrapper on a terminal
 // to source it.
-func (s *Session) startDetachedTTY(ctx context.Context, sh, preamble string) (backend.Process, error) {
+func (s *Session) startDetachedTTY(ctx context.Context, mark, sh, preamble string) (backend.Process, error) {
 	file := "/tmp/.berth-bg-" + nonce()
 	if err := s.putFile(ctx, file, []byte("command rm -f \"$__berth_f\"\n"+preamble)); err != nil {
 		return nil, err
 	}
-	return s.be.Start(ctx, backend.ProcSpec{Argv: []string{sh, "-c", detachedTTYWrapper, "berth-bg", file}, TTY: true})
+	return s.be.Start(ctx, backend.ProcSpec{Argv: markArgv(mark, sh, "-c", detachedTTYWrapper, "berth-bg", file), TTY: true})
 }
 
 // putFile writes data to a new private (0600) file inside the target
@@ -196,14 +234,54 @@ func (s *Session) putFile(ctx context.Context, path string, data []byte) error {
 	return nil
 }
 
+// maxJobs bounds the identities kept for KillTree.
+const maxJobs = 1024
+
+// remember keeps the identity of a background process for KillTree.
+func (s *Session) remember(pid int, id identity) {
+	s.jobsMu.Lock()
+	defer s.jobsMu.Unlock()
+	if s.jobs == nil {
+		s.jobs = make(map[int]identity)
+	}
+	if _, ok := s.jobs[pid]; !ok {
+		s.order = append(s.order, pid)
+	}
+	s.jobs[pid] = id
+	for len(s.order) > maxJobs {
+		delete(s.jobs, s.order[0])
+		s.order = s.order[1:]
+	}
+}
+
 // KillTree stops a process inside the environment and everything it
-// started: TERM to its process group and descendants, KILL to what is left
-// after the grace period. It returns when the kill script has finished.
+// started: TERM to its process group, its descendants and (for a process
+// started by StartDetached) everything carrying its mark, even what left
+// the group or was reparented; KILL to what is left after the grace period,
+// frozen first so nothing escapes by forking. For a process started by
+// StartDetached the pid is signalled only while it still belongs to that
+// process (its start time is checked); an unknown pid is signalled as is.
+// It returns when the kill script has finished.
 func (s *Session) KillTree(ctx context.Context, pid int) error {
 	if pid <= 0 {
 		return errors.New("session: no pid to kill")
 	}
-	_, _, err := backend.Output(ctx, s.be, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", killScript, "berth-kill", strconv.Itoa(pid), graceTenths(s.opts.Grace.Seconds())}}, nil, 64<<10)
+	s.jobsMu.Lock()
+	id := s.jobs[pid]
+	s.jobsMu.Unlock()
+	return s.kill(ctx, pid, id.start, id.mark)
+}
+
+// kill runs the kill script in the environment: pid (0 for none) with its
+// expected start time ("" for unchecked), and mark ("" for none).
+func (s *Session) kill(ctx context.Context, pid int, start, mark string) error {
+	if pid <= 0 && mark == "" {
+		return errors.New("session: nothing to kill: no pid and no mark")
+	}
+	if pid < 0 {
+		pid = 0
+	}
+	_, _, err := backend.Output(ctx, s.be, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", killScript, "berth-kill", strconv.Itoa(pid), graceTenths(s.opts.Grace.Seconds()), start, mark}}, nil, 64<<10)
 	if err != nil {
 		return fmt.Errorf("session: kill %d on %s: %w", pid, s.be.Name(), err)
 	}

@@ -17,86 +17,318 @@ import (
 // the shell traces (the nonce and the prefix are joined only by printf).
 const markerPrefix = "__BERTH_"
 
-// bootstrap is the argv that starts the persistent shell: bash when the
-// target has it, else POSIX sh. Both read their script from stdin.
-var bootstrap = []string{"/bin/sh", "-c",
-	"if command -v bash >/dev/null 2>&1; then exec bash --noprofile --norc; fi; exec sh"}
+// TreeVar names the environment variable that marks every process a
+// session's shells start: "BERTH_TREE=<random>" is in the environment the
+// shell starts with, so its forks, its children and whatever they start
+// inherit it, including processes that left the shell's process group or
+// were reparented (setsid, a double fork, nohup). The kill script finds them
+// by reading /proc/*/environ. Background jobs of the process tool carry a
+// mark of their own, so a foreground timeout does not touch them.
+const TreeVar = "BERTH_TREE"
+
+// Frame descriptors: the shell keeps its output pipe on a private
+// descriptor that commands run without, and prints every frame there, so a
+// command that moves or closes its stdout and stderr (exec >/dev/null 2>&1)
+// cannot swallow the frame. POSIX sh only accepts single-digit descriptors
+// in redirections, so sh uses 9; bash uses 19, above the 3-9 that scripts
+// commonly take for themselves and out of the way of bash's own allocations
+// (saved descriptors start at the lowest free one from 10, process
+// substitutions are placed just below 64).
+const (
+	frameFDBash = "19"
+	frameFDSh   = "9"
+)
+
+// bootstrap returns the argv that starts a persistent shell marked with tag:
+// bash when the target has it, else POSIX sh. Both read their script from
+// stdin. The mark is exported before the exec so that it is in the shell's
+// initial environment, which bash's forks (subshells, `f &`) keep. The
+// helpers of the shell's kind travel the same way, in __berth_init, which
+// the init script evaluates and unsets: a shell reads its piped stdin one
+// byte at a time, so a few kilobytes there would slow every start.
+func bootstrap(tag string) []string {
+	return []string{"/bin/sh", "-c",
+		TreeVar + "=$1; export " + TreeVar + "; if command -v bash >/dev/null 2>&1; then __berth_init=$2; export __berth_init; exec bash --noprofile --norc; fi; __berth_init=$3; export __berth_init; exec sh",
+		"berth-shell", tag, bashHelpers, shHelpers}
+}
 
 // commandEnv keeps commands from waiting on a pager or a credential prompt;
 // both the session's shell and background jobs export it.
 const commandEnv = "export PAGER=cat GIT_PAGER=cat GIT_TERMINAL_PROMPT=0\n"
 
-// initScript is written to a fresh shell before anything else. It merges
-// stderr into stdout, sets the pager variables and defines the two helpers
-// that frame every command.
+// The helpers every command goes through, in a bash and a POSIX sh flavour
+// (the shell picks its own at start). They are written to be immune to the
+// state a user's command leaves in the shell:
+//
+//   - set -e: they run only where errexit is ignored (the left side of && and
+//     ||), so a failing step inside cannot end the shell;
+//   - set -u: every variable expansion has a default;
+//   - set -x: between commands the shell's stdout and stderr rest on
+//     /dev/null, and trace lines are written before a command's own
+//     redirections apply, so the calls of the helpers and everything inside
+//     them trace into /dev/null; only the user's command runs with stderr on
+//     the output pipe;
+//   - set -o noclobber: they write files with >|;
+//   - set -o posix, failglob, nullglob, a changed IFS: no unquoted expansion,
+//     no glob, no word splitting;
+//   - functions or aliases named like builtins (cd, printf, eval, export,
+//     command, read, test, [, ...): bash's helpers call builtins through
+//     `builtin` and test with [[ ]], sh's through `command`; the helpers
+//     are defined before any user alias exists, and the per-command line
+//     quotes its command words (\__berth_pre, \builtin), so aliases never
+//     apply. A function named `builtin` itself (or __berth_*) is beyond
+//     repair; such a shell is replaced after its first timeout.
+//
+// __berth_pre runs before the command: it acknowledges it ($1 is the
+// nonce: "the shell read this command", so a shell that dies before reading
+// it is told apart from a command that ended the shell), repairs a deleted
+// cwd, moves to the request's workdir ($2) and writes inline stdin ($3,
+// printf %b encoded) to a file in a private directory made by mktemp on
+// first use.
 //
 // __berth_post prints the frame: the exit status, the cwd and, when asked
 // ($3 = 1), a snapshot of the exported variables (and, on bash, the names of
 // functions and aliases) that the session keeps to restore a shell that
 // died. Snapshots are skipped for commands that cannot change that state:
-// export -p is the most expensive part of a round trip.
+// export -p is the most expensive part of a round trip. $4, when set, is a
+// large-stdin file to delete.
 //
-// Helpers call builtins through "command" so user functions or aliases
-// named cd, printf or export cannot hijack them.
-const initScript = `exec 2>&1
-unset HISTFILE PROMPT_COMMAND
-PS1= PS2=
-if [ -n "${BASH_VERSION-}" ]; then shopt -s expand_aliases; fi
-` + commandEnv + `
+// __berth_ready prints the start frame: the shell's pid, its start time
+// (field 22 of /proc/PID/stat, so the kill script can tell it from a
+// process that reused the pid), the cwd, the shell kind and the temporary
+// directory.
+const bashHelpers = `
 __berth_cd() {
   __berth_t=$1
-  while [ -n "$__berth_t" ] && [ ! -d "$__berth_t" ]; do __berth_t=${__berth_t%/*}; done
-  command cd -- "${__berth_t:-/}" 2>/dev/null
+  while [[ -n $__berth_t && ! -d $__berth_t ]]; do __berth_t=${__berth_t%/*}; done
+  builtin cd -- "${__berth_t:-/}"
 }
 __berth_pre() {
-  [ -d "$PWD" ] || __berth_cd "$PWD"
-  __berth_wd=
-  if [ -n "$1" ]; then
-    case $1 in "~") set -- "$HOME" ;; "~/"*) set -- "$HOME/${1#??}" ;; esac
+  builtin printf '\n` + markerPrefix + `%s_\000' "$1" >&19
+  [[ -d $PWD ]] || __berth_cd "$PWD"
+  __berth_wd= __berth_i=
+  if [[ -n ${3+x} ]]; then
+    if [[ -z ${__berth_d-} || ! -d $__berth_d ]]; then
+      __berth_d=$(builtin umask 077 && builtin command mktemp -d "${TMPDIR:-/tmp}/berth-in.XXXXXXXXXX") || {
+        __berth_d=
+        builtin printf 'berth: cannot create a private directory for stdin under %s\n' "${TMPDIR:-/tmp}" >&19
+        builtin return 1
+      }
+      [[ -n $(builtin trap -p EXIT) ]] || builtin trap 'builtin command rm -rf -- "${__berth_d-}"' EXIT
+    fi
+    __berth_i=$__berth_d/in
+    builtin printf '%b' "$3" >|"$__berth_i" || {
+      builtin printf 'berth: cannot write stdin to %s\n' "$__berth_i" >&19
+      __berth_i=
+      builtin return 1
+    }
+  fi
+  if [[ -n $2 ]]; then
+    __berth_t=$2
+    case $__berth_t in "~") __berth_t=${HOME-} ;; "~/"*) __berth_t=${HOME-}/${__berth_t#??} ;; esac
     __berth_wd=$PWD
-    command cd -- "$1" 2>&1 || { __berth_wd=; return 1; }
+    builtin cd -- "$__berth_t" 2>&19 || { __berth_wd=; builtin return 1; }
   fi
-  return 0
-}
-__berth_stdin() {
-  if [ -z "${__berth_in-}" ]; then
-    __berth_in=${TMPDIR:-/tmp}/.berth-in-$$
-    command rm -f "$__berth_in"
-    (umask 077 && : >"$__berth_in")
-    trap 'command rm -f "$__berth_in"' EXIT
-  fi
-  command printf '%b' "$1" >"$__berth_in"
+  builtin return 0
 }
 __berth_post() {
   __berth_ec=$1
-  if [ -n "${__berth_wd-}" ]; then command cd -- "$__berth_wd" 2>/dev/null; __berth_wd=; fi
-  command printf '\n` + markerPrefix + `%s_%s\000%s\000' "$2" "$__berth_ec" "$PWD"
-  if [ "$3" = 1 ]; then
-    command export -p
-    if [ -n "${BASH_VERSION-}" ]; then command printf '\001'; compgen -A function; compgen -a; fi
+  if [[ -n ${__berth_wd-} ]]; then builtin cd -- "$__berth_wd"; __berth_wd=; fi
+  if [[ -n ${__berth_i-} ]]; then >|"$__berth_i"; __berth_i=; fi
+  if [[ -n ${4-} ]]; then builtin command rm -f -- "$4"; fi
+  builtin printf '\n` + markerPrefix + `%s_%s\000%s\000' "$2" "$__berth_ec" "$PWD"
+  if [[ $3 = 1 ]]; then
+    builtin export -p
+    builtin printf '\001'
+    builtin compgen -A function
+    builtin compgen -a
   fi
-  command printf '\000'
+  builtin printf '\000'
+}
+__berth_ready() {
+  __berth_n=$1 __berth_st=
+  if IFS= builtin read -r __berth_l </proc/$$/stat; then
+    __berth_l=${__berth_l##*) }
+    builtin set -- $__berth_l
+    __berth_st=${20-}
+  fi
+  builtin printf '\n` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" bash "${TMPDIR:-/tmp}" >&19
 }
 `
 
-// killScript kills the process tree of a shell inside the target: every
-// live process in the shell's process group and every descendant of those,
-// found by walking /proc, with TERM first and KILL after the grace period
-// (it returns early once none is left; zombies count as gone).
-// It runs as a separate process in the environment so it works the same on
-// every backend. $1 is the shell pid, $2 the grace in tenths of a second.
-const killScript = `p=$1; g=$2
+const shHelpers = `
+__berth_cd() {
+  __berth_t=$1
+  while command [ -n "$__berth_t" ] && command [ ! -d "$__berth_t" ]; do __berth_t=${__berth_t%/*}; done
+  command cd -- "${__berth_t:-/}"
+}
+__berth_pre() {
+  command printf '\n` + markerPrefix + `%s_\000' "$1" >&9
+  command [ -d "$PWD" ] || __berth_cd "$PWD"
+  __berth_wd= __berth_i=
+  if command [ -n "${3+x}" ]; then
+    if command [ -z "${__berth_d-}" ] || command [ ! -d "$__berth_d" ]; then
+      __berth_d=$(command umask 077 && command mktemp -d "${TMPDIR:-/tmp}/berth-in.XXXXXXXXXX") || {
+        __berth_d=
+        command printf 'berth: cannot create a private directory for stdin under %s\n' "${TMPDIR:-/tmp}" >&9
+        return 1
+      }
+      trap 'command rm -rf -- "${__berth_d-}"' EXIT
+    fi
+    __berth_i=$__berth_d/in
+    command printf '%b' "$3" >|"$__berth_i" || {
+      command printf 'berth: cannot write stdin to %s\n' "$__berth_i" >&9
+      __berth_i=
+      return 1
+    }
+  fi
+  if command [ -n "$2" ]; then
+    __berth_t=$2
+    case $__berth_t in "~") __berth_t=${HOME-} ;; "~/"*) __berth_t=${HOME-}/${__berth_t#??} ;; esac
+    __berth_wd=$PWD
+    command cd -- "$__berth_t" 2>&9 || { __berth_wd=; return 1; }
+  fi
+  return 0
+}
+__berth_post() {
+  __berth_ec=$1
+  if command [ -n "${__berth_wd-}" ]; then command cd -- "$__berth_wd"; __berth_wd=; fi
+  if command [ -n "${__berth_i-}" ]; then >|"$__berth_i"; __berth_i=; fi
+  if command [ -n "${4-}" ]; then command rm -f -- "$4"; fi
+  command printf '\n` + markerPrefix + `%s_%s\000%s\000' "$2" "$__berth_ec" "$PWD"
+  if command [ "$3" = 1 ]; then command export -p; fi
+  command printf '\000'
+}
+__berth_ready() {
+  __berth_n=$1 __berth_st=
+  if IFS= command read -r __berth_l </proc/$$/stat; then
+    __berth_l=${__berth_l##*) }
+    set -- $__berth_l
+    __berth_st=${20-}
+  fi
+  command printf '\n` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" sh "${TMPDIR:-/tmp}" >&9
+}
+`
+
+// initScript is written to a fresh shell before anything else. It moves
+// the output pipe to the shell's private frame descriptor and rests stdout
+// and stderr on /dev/null (each command gets the pipe back through its own
+// redirections), defines the helpers of the shell's kind (handed over by
+// bootstrap) and sets the pager variables.
+const initScript = `if [ -n "${BASH_VERSION-}" ]; then exec ` + frameFDBash + `>&1; shopt -s expand_aliases; else exec ` + frameFDSh + `>&1; fi
+eval "$__berth_init"; unset __berth_init
+exec 1>/dev/null 2>&1
+unset HISTFILE PROMPT_COMMAND
+PS1= PS2=
+` + commandEnv
+
+// commandLine is the one line written to the shell for a command: the
+// acknowledging pre helper, the command itself under eval with stdin, stdout
+// and stderr given for the command alone (so a redirection the command makes
+// with exec lasts until it ends) and the frame descriptor closed, then the
+// frame. Command words are backslash-quoted so no alias applies, and the
+// post helper runs on the left of || so errexit cannot stop it. The leading
+// newline resets bash's parser after an eval that hit an unterminated quote.
+func commandLine(bash bool, n, workdir, stdinArg, stdinRedir, command, snap, cleanup string) string {
+	fd, eval := frameFDSh, `\eval`
+	if bash {
+		fd, eval = frameFDBash, `\builtin eval`
+	}
+	var b strings.Builder
+	b.Grow(len(command) + len(stdinArg) + 160)
+	b.WriteString("\n\\__berth_pre " + n + " " + shellword.Quote(workdir))
+	if stdinArg != "" {
+		b.WriteString(" " + stdinArg)
+	}
+	b.WriteString(" && " + eval + " " + shellword.Quote(command) + " " + stdinRedir + " >&" + fd + " 2>&" + fd + " " + fd + ">&-; ")
+	b.WriteString("\\__berth_post $? " + n + " " + snap)
+	if cleanup != "" {
+		b.WriteString(" " + shellword.Quote(cleanup))
+	}
+	b.WriteString(" >&" + fd + " || __berth_z=1\n")
+	return b.String()
+}
+
+// killScript stops a process tree inside the target. It runs as a separate
+// process through the backend, the same way on every backend, and relies
+// only on /proc, kill, sleep and (when present) awk and grep.
+//
+// Arguments: $1 the tree's root pid (0: none), $2 the grace in tenths of a
+// second, $3 the root's start time (field 22 of /proc/PID/stat; "" skips
+// the check), $4 an environment entry ("BERTH_TREE=...") that marks members
+// wherever they went ("": none).
+//
+// The root is signalled (it and its process group, then its descendants)
+// only while it is still the process berth started: a pid whose start time
+// differs was reused by an unrelated process and is left alone. A pid that
+// no longer exists is still a valid process group id while the group has
+// members (the kernel does not reuse it until the group is empty).
+//
+// Members are: the root's process group and descendants (when the root is
+// ours), every process carrying the mark, and their descendants. TERM goes
+// to the group first (one atomic kill reaches even a process that keeps
+// re-forking), then to every member; after the grace period whatever is left
+// is frozen with STOP and rescanned until no new member appears (so nothing
+// can fork its way out between a scan and the kill), then killed.
+const killScript = `p=$1; g=$2; st=$3; mark=$4
+IFS=' 	
+'
+me=$$
+own=0
+if [ "$p" -gt 0 ] 2>/dev/null; then
+  own=1
+  if [ -n "$st" ] && IFS= read -r l 2>/dev/null <"/proc/$p/stat"; then
+    l=${l##*) }
+    set -- $l
+    [ "${20-}" = "$st" ] || own=0
+  fi
+fi
 members() {
+  tagged=
+  if [ -n "$mark" ]; then
+    for f in $(grep -l -s -z -x -F -e "$mark" /proc/[0-9]*/environ 2>/dev/null); do
+      f=${f#/proc/}; tagged="$tagged ${f%/environ}"
+    done
+  fi
+  if command -v awk >/dev/null 2>&1; then
+    awk -v p="$p" -v own="$own" -v me="$me" -v tagged="$tagged" 'BEGIN {
+      n = split(tagged, tl, " ")
+      for (i = 1; i <= n; i++) root[tl[i]] = 1
+      for (i = 1; i < ARGC; i++) {
+        f = ARGV[i]
+        if ((getline l < f) > 0) {
+          pid = f; sub(/^\/proc\//, "", pid); sub(/\/stat$/, "", pid)
+          sub(/^.*\) /, "", l)
+          split(l, a, " ")
+          if (a[1] != "Z" && pid != me) {
+            ppid[pid] = a[2]
+            if (own == 1 && (pid == p || a[3] == p)) root[pid] = 1
+          }
+        }
+        close(f)
+      }
+      more = 1
+      while (more) {
+        more = 0
+        for (c in ppid) if (!(c in root) && (ppid[c] in root)) { root[c] = 1; more = 1 }
+      }
+      for (c in root) if (c in ppid) printf "%s ", c
+    }' /proc/[0-9]*/stat
+    return
+  fi
+  # Without awk: the same walk in sh (slower: read is byte by byte).
   all=
-  want=" $p "
+  want=" $tagged "
+  [ $own = 1 ] && want="$want$p "
   for f in /proc/[0-9]*/stat; do
     IFS= read -r l 2>/dev/null <"$f" || continue
     c=${f#/proc/}; c=${c%/stat}
-    r=${l##*) }
-    set -- $r
+    l=${l##*) }
+    set -- $l
     [ "$1" = Z ] && continue
+    [ "$c" = "$me" ] && continue
     all="$all $c:$2"
-    [ "$3" = "$p" ] && want="$want$c "
+    [ $own = 1 ] && [ "$3" = "$p" ] && want="$want$c "
   done
   more=1
   while [ $more = 1 ]; do
@@ -106,35 +338,52 @@ members() {
       case $want in *" $pp "*) case $want in *" $c "*) ;; *) want="$want$c "; more=1 ;; esac ;; esac
     done
   done
-  alive=
   for c in $want; do
-    case $all in *" $c:"*) alive="$alive $c" ;; esac
+    case "$all " in *" $c:"*) printf '%s ' "$c" ;; esac
   done
-  echo $alive
 }
-live() {
+sig() {
+  s=$1; shift
+  [ $# -gt 0 ] && kill -s "$s" "$@" 2>/dev/null
+  return 0
+}
+alive() {
   for c in $t; do
     IFS= read -r l 2>/dev/null <"/proc/$c/stat" || continue
-    r=${l##*) }
-    [ "${r%% *}" != Z ] && return 0
+    l=${l##*) }
+    [ "${l%% *}" != Z ] && return 0
   done
   return 1
 }
-# Rescan after every round: a child forked after a scan escapes it.
-round=0
+[ $own = 1 ] && kill -s TERM -- "-$p" 2>/dev/null
 t=$(members)
-while [ -n "$t" ] && [ $round -lt 5 ]; do
-  kill -s TERM $t 2>/dev/null
-  i=0
-  while [ $i -lt $g ] && live; do
-    sleep 0.1 2>/dev/null || sleep 1
-    i=$((i+1))
-  done
-  live && kill -s KILL $t 2>/dev/null
+sig TERM $t
+i=0
+while [ $i -lt $g ] && alive; do
+  sleep 0.1 2>/dev/null || sleep 1
+  i=$((i+1))
+done
+round=0
+while [ $round -lt 5 ]; do
+  [ $own = 1 ] && kill -s KILL -- "-$p" 2>/dev/null
   t=$(members)
+  [ -z "$t" ] && break
+  all=" $t "
+  sig STOP $t
+  n=0
+  while [ $n -lt 20 ]; do
+    new=
+    for c in $(members); do
+      case $all in *" $c "*) ;; *) new="$new $c" ;; esac
+    done
+    [ -z "$new" ] && break
+    sig STOP $new
+    all="$all$new "
+    n=$((n+1))
+  done
+  sig KILL $all
   round=$((round+1))
 done
-[ -n "$t" ] && kill -s KILL $t 2>/dev/null
 exit 0
 `
 
@@ -187,6 +436,11 @@ func exportLines(vars map[string]string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// treeLine matches the line of an export -p snapshot that carries the
+// shell's mark; it is dropped so a restored or background shell keeps its
+// own.
+var treeLine = regexp.MustCompile(`(?m)^(declare -x|export) ` + TreeVar + `=.*\n?`)
 
 // graceTenths converts a grace period in seconds to the kill script's
 // tenths-of-a-second argument.

@@ -5,11 +5,44 @@
 // functions and aliases persist because every command runs in the same
 // shell.
 //
-// The session does not know which backend it runs on. Timeouts and
-// interrupts kill the command's whole process tree inside the target with a
-// second process started through the same backend; a shell that dies (exit,
-// exec, set -e, kill -9 $$, a timeout) is replaced on the next command with
-// its working directory and exported variables restored.
+// The frame travels on a descriptor private to the shell: commands run
+// without it, with stdout and stderr given to them alone, so a command that
+// redirects or closes its output (exec >/dev/null 2>&1) ends normally and
+// the next command's output is captured again. Before a command runs the
+// shell acknowledges it, so a command the shell never read (it died just
+// before) is retried on a fresh shell instead of being reported as a
+// success. berth's own shell code is written to be immune to the state a
+// command leaves behind (set -e, set -u, set -x, noclobber, posix mode, glob
+// options, IFS, functions and aliases named like builtins).
+//
+// The session does not know which backend it runs on. Timeouts, interrupts
+// and Close kill the command's whole process tree inside the target with a
+// second process started through the same backend: the shell's process
+// group first, then everything that carries the session's mark (see
+// TreeVar) or descends from the shell, frozen before the final kill so
+// nothing forks its way out. A pid is signalled only while it still belongs
+// to the process berth started (its start time is checked). A shell that
+// dies (exit, exec, set -e, kill -9 $$, a timeout) is replaced on the next
+// command with its working directory and exported variables restored.
+//
+// What the kill cannot guarantee: a process that clears its environment
+// (env -i, a setuid program, sudo) and also leaves the shell's process
+// group and tree is out of reach of the mark; so is one running as another
+// user (its /proc/PID/environ is unreadable), and on a target without grep
+// the mark is not scanned at all. A process that forks faster than
+// the kill script can scan /proc and also leaves the group is frozen round
+// after round but may outrun it. A timeout or interrupt kills everything
+// the session's shells started, including background jobs of earlier
+// commands (the shell is replaced anyway); background jobs of the process
+// tool have their own mark and are not touched. Containers collect orphans
+// in their init; on a remote host berth can do no more than this.
+//
+// What framing cannot guarantee: the frame and the command share one pipe
+// and the commands arrive on the shell's stdin, so code running in the
+// environment as the same user can read /proc/<shell>/fd/0 (learning later
+// commands and their nonces) or write into the pipe, and can then hide
+// commands or forge their results. Output cannot forge a frame: a command
+// never sees the nonce of its own frame.
 package session
 
 import (
@@ -68,6 +101,7 @@ type Result struct {
 	// Cwd is the session's working directory after the command.
 	Cwd string
 	// TimedOut and Interrupted report why a command was stopped.
+	// Interrupted is also set when Close stopped the command.
 	TimedOut    bool
 	Interrupted bool
 	// ShellExited reports that the command ended the shell (exit, exec, a
@@ -82,6 +116,10 @@ type Session struct {
 	be   backend.Backend
 	opts Options
 	log  *slog.Logger
+	mark string // TreeVar=<random>: in the environment of every shell
+
+	abort     chan struct{} // closed by Close: interrupts a running command
+	abortOnce sync.Once
 
 	mu      sync.Mutex      // serialises commands
 	sh      *shell          // nil when no shell is running
@@ -90,19 +128,41 @@ type Session struct {
 	names   map[string]bool // functions and aliases the shell defines
 	starts  int
 	closed  bool
+
+	jobsMu sync.Mutex
+	jobs   map[int]identity // background processes started by StartDetached
+	order  []int            // jobs, oldest first (the map is bounded)
+}
+
+// identity tells a process berth started from one that reused its pid.
+type identity struct {
+	start string // field 22 of /proc/PID/stat; "" when unknown
+	mark  string // TreeVar=<random> in the process's environment
 }
 
 // shell is one running shell process.
 type shell struct {
 	proc   backend.Process
 	pid    string
+	start  string        // start time (field 22 of /proc/PID/stat), "" if unknown
 	bash   bool          // bash rather than POSIX sh
+	tmp    string        // the shell's temporary directory
 	chunks chan []byte   // output chunks; closed at EOF
 	rerr   error         // why the output ended; valid once chunks is closed
 	done   chan struct{} // closed when the process has exited
 	code   int           // exit status, valid after done
 	err    error         // Wait error, valid after done
 	rest   []byte        // output read past the last frame
+}
+
+// exited reports whether the shell process has ended.
+func (sh *shell) exited() bool {
+	select {
+	case <-sh.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // New returns a session on be. The shell is started lazily by the first
@@ -115,11 +175,18 @@ func New(be backend.Backend, opts Options) *Session {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Session{be: be, opts: opts, log: log}
+	return &Session{be: be, opts: opts, log: log, mark: TreeVar + "=" + nonce(), abort: make(chan struct{})}
 }
 
 // ErrClosed is returned by Run after Close.
 var ErrClosed = errors.New("session: closed")
+
+// ErrShellLost is wrapped by the error Run returns when the shell was lost
+// while the command ran (the connection to it dropped, its status could not
+// be learnt) or before it read the command twice in a row: the command's
+// outcome is unknown or it never ran. The next command starts a new shell
+// with the working directory and exported variables restored.
+var ErrShellLost = errors.New("session: lost the shell")
 
 // Start makes sure a shell is running, starting one if needed.
 func (s *Session) Start(ctx context.Context) error {
@@ -163,8 +230,11 @@ func (s *Session) Reset() {
 	s.starts, s.exports, s.names, s.cwd = 0, "", nil, ""
 }
 
-// Close stops the shell (killing what it runs) and releases it.
+// Close stops the shell and everything its commands started, interrupting
+// a command that is running (its Run returns as interrupted), and releases
+// it. It returns once the tree is killed.
 func (s *Session) Close() error {
+	s.abortOnce.Do(func() { close(s.abort) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
@@ -173,12 +243,14 @@ func (s *Session) Close() error {
 }
 
 // stopShell kills the running shell's tree, if there is a shell, and
-// releases it. Callers hold s.mu.
+// releases it. A shell that already exited is not signalled by its pid (the
+// pid may belong to someone else by now); what it left behind is still
+// found by the session's mark. Callers hold s.mu.
 func (s *Session) stopShell() {
 	if s.sh == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Grace+5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Grace+10*time.Second)
 	defer cancel()
 	s.killTree(ctx, s.sh)
 	s.release(s.sh)
@@ -194,15 +266,13 @@ func (s *Session) ensure(ctx context.Context) error {
 		return ErrClosed
 	}
 	if s.sh != nil {
-		select {
-		case <-s.sh.done:
-			s.release(s.sh)
-			s.sh = nil
-		default:
+		if !s.sh.exited() {
 			return nil
 		}
+		s.release(s.sh)
+		s.sh = nil
 	}
-	proc, err := s.be.Start(ctx, backend.ProcSpec{Argv: bootstrap})
+	proc, err := s.be.Start(ctx, backend.ProcSpec{Argv: bootstrap(strings.TrimPrefix(s.mark, TreeVar+"="))})
 	if err != nil {
 		return fmt.Errorf("session: start shell on %s: %w", s.be.Name(), err)
 	}
@@ -235,12 +305,12 @@ func (s *Session) ensure(ctx context.Context) error {
 		script.WriteString(cdLine(target, true) + "\n")
 	}
 	n := nonce()
-	script.WriteString("command printf '\\n" + markerPrefix + "%s_%s\\000%s\\000%s\\000' " + n + " \"$$\" \"$PWD\" \"${BASH_VERSION:+bash}\"\n")
+	script.WriteString("__berth_ready " + n + "\n")
 	if _, err := io.WriteString(proc.Stdin(), script.String()); err != nil {
 		s.release(sh)
 		return fmt.Errorf("session: write init script on %s: %w", s.be.Name(), err)
 	}
-	fr := newFramer(n, 3)
+	fr := newFramer(n, 5)
 	var junk strings.Builder
 	sink := limitWriter{w: &junk, n: 4096}
 	for {
@@ -253,7 +323,7 @@ func (s *Session) ensure(ctx context.Context) error {
 			done := fr.feed(chunk, &sink)
 			recycle(chunk)
 			if done {
-				sh.pid, s.cwd, sh.bash = fr.got[0], fr.got[1], fr.got[2] == "bash"
+				sh.pid, sh.start, s.cwd, sh.bash, sh.tmp = fr.got[0], fr.got[1], fr.got[2], fr.got[3] == "bash", fr.got[4]
 				sh.rest = fr.rest
 				if junk.Len() > 0 {
 					s.log.Debug("session: shell start printed", "backend", s.be.Name(), "output", junk.String())
@@ -263,10 +333,21 @@ func (s *Session) ensure(ctx context.Context) error {
 				return nil
 			}
 		case <-ctx.Done():
-			s.release(sh)
+			s.discard(sh)
 			return fmt.Errorf("session: start shell on %s: %w", s.be.Name(), ctx.Err())
+		case <-s.abort:
+			s.discard(sh)
+			return ErrClosed
 		}
 	}
+}
+
+// discard kills a shell that never became the session's and releases it.
+func (s *Session) discard(sh *shell) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Grace+10*time.Second)
+	defer cancel()
+	s.kill(ctx, 0, "", s.mark)
+	s.release(sh)
 }
 
 // chunkPool recycles read buffers: every command's output (often a few
@@ -300,23 +381,26 @@ func (sh *shell) read() {
 }
 
 // Run executes one command and streams its output (stdout and stderr
-// merged in arrival order) to out. A context cancel interrupts the command
-// (exit 130); the request timeout stops it with 124. In both cases the
-// whole tree the command started inside the target is killed.
+// merged in arrival order) to out. A context cancel or Close interrupts the
+// command (exit 130); the request timeout stops it with 124. In both cases
+// the whole tree the command started inside the target is killed.
 //
 // The error is non-nil only when the command could not be run at all (the
-// shell cannot be started, the backend is unreachable); a failing command
-// is a Result with its exit code.
+// shell cannot be started, the backend is unreachable, the command nests
+// deeper than MaxNesting) or its fate is unknown (ErrShellLost); a failing
+// command is a Result with its exit code.
 func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, error) {
 	if strings.IndexByte(req.Command, 0) >= 0 {
 		return Result{}, errors.New("session: command contains a NUL byte, which no shell can receive")
+	}
+	if d := nestingDepth(req.Command); d > MaxNesting {
+		return Result{}, &NestingError{Depth: d}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.ensure(ctx); err != nil {
 		return Result{}, err
 	}
-	sh := s.sh
 	// Rejected text must not leave anything behind (such as a large
 	// stdin's file), so the check comes before any work.
 	changes, incomplete := analyze(req.Command, s.names)
@@ -325,9 +409,7 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 		return Result{ExitCode: 2, Cwd: s.cwd}, nil
 	}
 
-	var line strings.Builder
-	redir := "</dev/null"
-	status, cleanup := "$?", ""
+	stdinArg, redir, cleanup := "", "</dev/null", ""
 	switch {
 	case len(req.Stdin) > stdinInline:
 		// Large input goes to a private file through a helper process.
@@ -335,25 +417,14 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 		if err := s.putFile(ctx, path, req.Stdin); err != nil {
 			return Result{}, err
 		}
-		redir = "<" + shellword.Quote(path)
-		status, cleanup = "$__berth_s", "__berth_s=$?; command rm -f "+shellword.Quote(path)+"; "
+		redir, cleanup = "<"+shellword.Quote(path), path
 	case req.Stdin != nil:
-		line.WriteString("__berth_stdin " + printfBytes(req.Stdin) + "\n")
-		redir = "<\"$__berth_in\""
+		stdinArg = printfBytes(req.Stdin)
+		redir = "<\"$__berth_i\""
 	}
 	snap := "0"
-	if !sh.bash || changes {
+	if changes {
 		snap = "1"
-	}
-	n := nonce()
-	// The leading blank line resets bash's parser after an eval that hit
-	// an unterminated quote; without it the next line fails to parse.
-	line.WriteString("\n{ __berth_pre " + shellword.Quote(req.Workdir) + "; } 2>/dev/null && command eval " +
-		shellword.Quote(req.Command) + " " + redir + "; " + cleanup + "{ __berth_post " + status + " " + n + " " + snap + "; } 2>/dev/null\n")
-
-	if len(sh.rest) > 0 {
-		out.Write(sh.rest)
-		sh.rest = nil
 	}
 
 	var timeout <-chan time.Time
@@ -362,55 +433,130 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 		defer t.Stop()
 		timeout = t.C
 	}
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if err := s.ensure(ctx); err != nil {
+				return Result{}, err
+			}
+		}
+		sh := s.sh
+		if !sh.bash {
+			snap = "1" // no cheap way to learn sh's function names
+		}
+		n := nonce()
+		line := commandLine(sh.bash, n, req.Workdir, stdinArg, redir, req.Command, snap, cleanup)
+		res, err, ran := s.runOnce(ctx, sh, n, snap, line, timeout, out)
+		if ran || attempt > 0 {
+			if !ran && err == nil {
+				err = fmt.Errorf("%w on %s: it ended twice before reading the command (the command did not run; the next command starts a new shell with cwd and exported variables restored)", ErrShellLost, s.be.Name())
+				res = Result{ExitCode: -1, Cwd: s.cwd, ShellExited: true}
+			}
+			return res, err
+		}
+		s.log.Debug("session: shell ended before reading the command; retrying on a new shell", "backend", s.be.Name(), "status", res.ExitCode)
+	}
+}
 
+// runOnce sends one command line to sh and follows it to its frame. ran is
+// false when the shell ended without acknowledging the command (it never
+// read it): the caller may send it again to a new shell.
+func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, timeout <-chan time.Time, out io.Writer) (res Result, err error, ran bool) {
+	if len(sh.rest) > 0 {
+		out.Write(sh.rest)
+		sh.rest = nil
+	}
 	// Write in the background: a large command can fill the pipe while the
 	// shell is still producing output from an earlier stray job.
 	werr := make(chan error, 1)
 	go func() {
-		_, err := io.WriteString(sh.proc.Stdin(), line.String())
+		_, err := io.WriteString(sh.proc.Stdin(), line)
 		werr <- err
 	}()
 
-	fr := newFramer(n, 3)
+	ack, fr := newFramer(n, 1), newFramer(n, 3)
+	acked, framed := false, false
+	// feed passes output on until the acknowledgement, then until the
+	// frame; it reports whether the frame is complete.
+	feed := func(b []byte) bool {
+		if !acked {
+			if !ack.feed(b, out) {
+				return false
+			}
+			acked = true
+			b = ack.rest
+		}
+		if fr.feed(b, out) {
+			framed = true
+		}
+		return framed
+	}
+	finish := func() Result {
+		code, _ := strconv.Atoi(fr.got[0])
+		s.cwd = fr.got[1]
+		if snap == "1" {
+			s.keepSnapshot(fr.got[2])
+		}
+		sh.rest = fr.rest
+		return Result{ExitCode: code, Cwd: s.cwd}
+	}
+	chunks := sh.chunks
 	for {
 		select {
-		case chunk, ok := <-sh.chunks:
+		case chunk, ok := <-chunks:
 			if !ok {
-				return s.shellEnded(sh, fr, out)
+				// The output ended. Either the shell exited (done follows)
+				// or the command closed the shell's copies of the pipe; the
+				// frame cannot come then, but the command may still run, so
+				// keep waiting for its exit, the timeout or a cancel.
+				chunks = nil
+				continue
 			}
-			done := fr.feed(chunk, out)
+			done := feed(chunk)
 			recycle(chunk)
 			if done {
-				code, _ := strconv.Atoi(fr.got[0])
-				s.cwd = fr.got[1]
-				if snap == "1" {
-					s.keepSnapshot(fr.got[2])
-				}
-				sh.rest = fr.rest
-				return Result{ExitCode: code, Cwd: s.cwd}, nil
+				return finish(), nil, true
 			}
 		case <-sh.done:
-			return s.shellEnded(sh, fr, out)
+			broken := s.drain(sh, feed)
+			if framed {
+				// The frame made it out before the shell went away.
+				s.release(sh)
+				s.sh = nil
+				return finish(), nil, true
+			}
+			if !acked {
+				ack.flush(out)
+			} else {
+				fr.flush(out)
+			}
+			res, err := s.shellEnded(sh, broken)
+			return res, err, acked
 		case err := <-werr:
 			if err != nil {
 				s.log.Debug("session: write command", "backend", s.be.Name(), "err", err)
-				// The shell is gone; its exit will show on done or chunks.
+				// The shell is gone; its exit will show on done.
 			}
 			werr = nil
 		case <-timeout:
-			s.stop(sh, fr, out)
-			return Result{ExitCode: 124, Cwd: s.cwd, TimedOut: true}, nil
+			s.stop(sh, feed)
+			return Result{ExitCode: 124, Cwd: s.cwd, TimedOut: true}, nil, true
 		case <-ctx.Done():
-			s.stop(sh, fr, out)
-			return Result{ExitCode: 130, Cwd: s.cwd, Interrupted: true}, nil
+			s.stop(sh, feed)
+			return Result{ExitCode: 130, Cwd: s.cwd, Interrupted: true}, nil, true
+		case <-s.abort:
+			s.stop(sh, feed)
+			return Result{ExitCode: 130, Cwd: s.cwd, Interrupted: true}, nil, true
 		}
 	}
 }
 
 // keepSnapshot stores the exported variables and defined names reported
-// by the shell after a state-changing command.
+// by the shell after a state-changing command. The session's own mark is
+// left out: a restored shell keeps the one it was started with, and
+// background jobs carry their own.
 func (s *Session) keepSnapshot(snap string) {
 	exports, names, _ := strings.Cut(snap, "\x01")
+	exports = treeLine.ReplaceAllString(exports, "")
 	s.exports = strings.TrimRight(exports, "\n")
 	s.names = make(map[string]bool)
 	for _, n := range strings.Fields(names) {
@@ -429,12 +575,11 @@ const stdinInline = 16 << 10
 const drainWindow = 200 * time.Millisecond
 
 // shellEnded finishes a command whose shell exited (exit N, exec, set -e,
-// a fatal signal). When the backend cannot tell how the shell ended (the
-// connection to it was lost), the command's fate is unknown: that is an
-// error, and the next command starts a fresh shell with state restored.
-func (s *Session) shellEnded(sh *shell, fr *framer, out io.Writer) (Result, error) {
-	<-sh.done
-	broken := s.drain(sh, fr, out)
+// a fatal signal) once its output was drained. When the backend cannot tell
+// how the shell ended (the connection to it was lost), the command's fate
+// is unknown: that is an error wrapping ErrShellLost, and the next command
+// starts a fresh shell with state restored.
+func (s *Session) shellEnded(sh *shell, broken error) (Result, error) {
 	s.release(sh)
 	s.sh = nil
 	// A status the backend could not learn, or an output stream that broke
@@ -443,34 +588,32 @@ func (s *Session) shellEnded(sh *shell, fr *framer, out io.Writer) (Result, erro
 	// command chose to end it.
 	if lost := errors.Join(sh.err, broken); lost != nil {
 		return Result{ExitCode: -1, Cwd: s.cwd, ShellExited: true},
-			fmt.Errorf("session: lost the shell on %s while the command ran (its outcome is unknown; the next command starts a new shell with cwd and exported variables restored): %w", s.be.Name(), lost)
+			fmt.Errorf("%w on %s while the command ran (its outcome is unknown; the next command starts a new shell with cwd and exported variables restored): %w", ErrShellLost, s.be.Name(), lost)
 	}
 	return Result{ExitCode: sh.code, Cwd: s.cwd, ShellExited: true}, nil
 }
 
-// drain copies what is left of the output after the shell exited, for at
-// most drainWindow. It reports how the output ended when it did (nil for a
-// clean EOF or when it did not end in time).
-func (s *Session) drain(sh *shell, fr *framer, out io.Writer) (broken error) {
+// drain feeds what is left of the output after the shell exited, for at
+// most drainWindow, until feed reports the frame. It reports how the output
+// ended when it did (nil for a clean EOF or when it did not end in time).
+func (s *Session) drain(sh *shell, feed func([]byte) bool) (broken error) {
 	t := time.NewTimer(drainWindow)
 	defer t.Stop()
 	for {
 		select {
 		case chunk, ok := <-sh.chunks:
 			if !ok {
-				fr.flush(out)
 				if sh.rerr != nil && !errors.Is(sh.rerr, io.EOF) {
 					return sh.rerr
 				}
 				return nil
 			}
-			done := fr.feed(chunk, out)
+			done := feed(chunk)
 			recycle(chunk)
 			if done {
 				return nil
 			}
 		case <-t.C:
-			fr.flush(out)
 			return nil
 		}
 	}
@@ -478,8 +621,8 @@ func (s *Session) drain(sh *shell, fr *framer, out io.Writer) (broken error) {
 
 // stop kills the running command's tree and the shell, keeping what it
 // printed. The next command starts a fresh shell with state restored.
-func (s *Session) stop(sh *shell, fr *framer, out io.Writer) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Grace+5*time.Second)
+func (s *Session) stop(sh *shell, feed func([]byte) bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Grace+10*time.Second)
 	defer cancel()
 	s.killTree(ctx, sh)
 	select {
@@ -487,23 +630,21 @@ func (s *Session) stop(sh *shell, fr *framer, out io.Writer) {
 	case <-time.After(time.Second):
 		s.log.Warn("session: shell still running after kill", "backend", s.be.Name(), "pid", sh.pid)
 	}
-	s.drain(sh, fr, out)
+	s.drain(sh, feed)
 	s.release(sh)
 	s.sh = nil
 }
 
-// killTree runs the kill script in the environment against the shell's
-// process tree and waits for it; without a known pid only the client side
-// can be dropped.
+// killTree runs the kill script against the shell's tree and everything
+// that carries the session's mark, and waits for it. A shell that has
+// exited is not signalled by pid: only the mark finds what it left.
 func (s *Session) killTree(ctx context.Context, sh *shell) {
 	pid, _ := strconv.Atoi(sh.pid)
-	if pid <= 0 {
-		s.release(sh)
-		return
+	if sh.exited() {
+		pid = 0
 	}
-	if err := s.KillTree(ctx, pid); err != nil {
+	if err := s.kill(ctx, pid, sh.start, s.mark); err != nil {
 		s.log.Warn("session: kill shell tree", "backend", s.be.Name(), "err", err)
-		s.release(sh)
 	}
 }
 

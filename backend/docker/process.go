@@ -168,6 +168,13 @@ func (p *process) watch(ctx context.Context, since time.Time) {
 				p.finish(code, nil)
 				return
 			case "die", "destroy":
+				// The subscription replays the last seconds, which may hold
+				// the stop of an earlier run of this container (a persistent
+				// container stopped by the previous berth and started again
+				// for this one): such an event says nothing about this exec.
+				if p.beforeContainerStart(ctx, m) {
+					continue
+				}
 				// The container stopped: this exec died with it. Its own
 				// exec_die normally follows; do not wait for it long.
 				if containerGone == nil {
@@ -202,6 +209,27 @@ func (p *process) watch(ctx context.Context, since time.Time) {
 			return
 		}
 	}
+}
+
+// beforeContainerStart reports whether a container event happened before
+// the container's current run started (both times are the daemon's). When
+// the container cannot be inspected the event is taken at its word.
+func (p *process) beforeContainerStart(ctx context.Context, m events.Message) bool {
+	if m.TimeNano == 0 && m.Time == 0 {
+		return false
+	}
+	at := time.Unix(m.Time, 0)
+	if m.TimeNano != 0 {
+		at = time.Unix(0, m.TimeNano)
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ins, err := p.cli.ContainerInspect(ictx, p.containerID, client.ContainerInspectOptions{})
+	if err != nil || ins.Container.State == nil || !ins.Container.State.Running {
+		return false
+	}
+	started, err := time.Parse(time.RFC3339Nano, ins.Container.State.StartedAt)
+	return err == nil && at.Before(started)
 }
 
 // finalize settles the status after Close: one last look, then give up.

@@ -3,13 +3,34 @@
 // backends that drive a command-line tool here (apptainer exec, kubectl
 // exec, ...), like Nomad's shared executor. Process groups, the terminal,
 // merged output, the after-exit bound and the mapping of a fatal signal to
-// 128+N are written once here.
+// 128+N are written once here, and so is what protects berth from the
+// commands it starts and the machine from what they leave behind:
+//
+//   - berth makes itself non-dumpable (PR_SET_DUMPABLE 0, as ssh-agent does)
+//     before its first child, so a command running as the same non-root user
+//     cannot read berth's environment (/proc/<berth>/environ: the secrets
+//     stripped from the command's own) or its memory;
+//   - descriptors berth inherited without close-on-exec are marked
+//     close-on-exec before every start, so a child gets only its stdio;
+//   - every process gets OwnerVar=<berth pid>.<start time> in its
+//     environment, which whatever it starts inherits, wherever it goes
+//     (setsid, a double fork, nohup). A guardian process, started once,
+//     waits for berth to go away — its stdin is a pipe only berth holds, so
+//     it sees end of file even when berth is killed with SIGKILL — and then
+//     kills every process carrying berth's mark. ReapOrphans does the same
+//     for marks of berth processes that are gone (a guardian that was killed
+//     too), and runs in the background at the first start.
+//
+// Limits: a command that clears its environment (env -i, a setuid program)
+// or runs as another user drops out of reach of the mark; only processes
+// in berth's PID namespace are reaped.
 package hostproc
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -39,9 +60,16 @@ func Start(cmd *exec.Cmd, tty bool) (backend.Process, error) {
 	if len(cmd.Args) > 0 {
 		name = cmd.Args[0]
 	}
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
 	var p backend.Process
 	var err error
-	onForkThread(func() { p, err = start(cmd, name, tty) })
+	onForkThread(func() {
+		cmd.Env = append(cmd.Env, OwnerVar+"="+Owner())
+		closeInherited()
+		p, err = start(cmd, name, tty)
+	})
 	return p, err
 }
 
@@ -58,6 +86,15 @@ var (
 // berth and only then.
 func onForkThread(fn func()) {
 	forkOnce.Do(func() {
+		Harden()
+		startGuardian()
+		go func() {
+			if n, err := ReapOrphans(); err != nil {
+				slog.Debug("hostproc: reaping processes of an earlier berth", "err", err)
+			} else if len(n) > 0 {
+				slog.Info("hostproc: killed processes left by an earlier berth that is gone", "pids", n)
+			}
+		}()
 		forks = make(chan func())
 		go func() {
 			runtime.LockOSThread() // never unlocked: the thread lives as long as berth

@@ -12,17 +12,30 @@ var secretPrefixes = []string{
 	"AZURE_OPENAI_", "HUGGINGFACE_", "MODAL_TOKEN_", "NOUS_", "KIMI_", "MOONSHOT_",
 }
 
-// secretNames are exact names that are secrets without a telling shape.
+// secretNames are exact names that are secrets without a telling shape:
+// database clients' password variables (PGPASSWORD, MYSQL_PWD), connection
+// URLs that embed a password (DATABASE_URL), and SSH_AUTH_SOCK, which
+// hands whoever can reach the socket the use of the user's SSH keys.
+//
+// AWS follows Hermes' policy and is unchanged: the secret access key and
+// the session token are withheld, AWS_ACCESS_KEY_ID, AWS_PROFILE and
+// AWS_REGION (which are not secrets by themselves) reach commands.
 var secretNames = map[string]bool{
 	"GOOGLE_API_KEY": true, "GH_TOKEN": true, "GITHUB_TOKEN": true,
 	"DAYTONA_API_KEY": true, "DAYTONA_API_URL": true, "SUDO_PASSWORD": true,
 	"HF_TOKEN": true, "AWS_SECRET_ACCESS_KEY": true, "AWS_SESSION_TOKEN": true,
 	"TELEGRAM_BOT_TOKEN": true, "DISCORD_BOT_TOKEN": true, "SLACK_BOT_TOKEN": true,
 	"SLACK_APP_TOKEN": true, "BERTH_TOKEN": true,
+	"API_KEY": true, "PGPASSWORD": true, "MYSQL_PWD": true, "DATABASE_URL": true,
+	"SSH_AUTH_SOCK": true,
 }
 
-// secretSuffixes catch the common naming conventions for credentials.
-var secretSuffixes = []string{"_API_KEY", "_SECRET", "_TOKEN", "_SECRET_KEY", "_PASSWORD"}
+// secretSuffixes catch the common naming conventions for credentials:
+// *_ACCESS_KEY (R2_SECRET_ACCESS_KEY, ...), *_PRIVATE_KEY, *_PASS (DB_PASS)
+// and *_PAT (GITHUB_PAT and other personal access tokens) besides the usual
+// ones.
+var secretSuffixes = []string{"_API_KEY", "_SECRET", "_TOKEN", "_SECRET_KEY", "_PASSWORD",
+	"_ACCESS_KEY", "_PRIVATE_KEY", "_PASS", "_PASSWD", "_PAT"}
 
 // IsSecret reports whether an environment variable name looks like a
 // credential that the local backend withholds from commands.

@@ -21,6 +21,12 @@ func TestIsSecret(t *testing.T) {
 		"SOMETHING_SECRET": true, "ANY_TOKEN": true, "AWS_SECRET_ACCESS_KEY": true,
 		"PATH": false, "HOME": false, "LANG": false, "TERM": false, "GOPATH": false,
 		"TOKENIZERS_PARALLELISM": false, "SECRETARY": false, "KEY": false,
+		// L10 of the 2026-11 review.
+		"PGPASSWORD": true, "MYSQL_PWD": true, "R2_SECRET_ACCESS_KEY": true, "JWT_PRIVATE_KEY": true,
+		"DB_PASS": true, "api_key": true, "API_KEY": true, "DATABASE_URL": true, "SSH_AUTH_SOCK": true,
+		"GITHUB_PAT": true, "GITLAB_PAT": true, "DB_PASSWD": true,
+		"PWD": false, "OLDPWD": false, "AWS_ACCESS_KEY_ID": false, "AWS_REGION": false, "AWS_PROFILE": false,
+		"SSH_AGENT_PID": false, "COMPASS": false, "MYSQL_HOST": false,
 	} {
 		if got := IsSecret(name); got != want {
 			t.Errorf("IsSecret(%q) = %v, want %v", name, got, want)
@@ -43,6 +49,11 @@ func TestCommandsDoNotSeeSecrets(t *testing.T) {
 	t.Setenv("BERTH_TEST_TOKEN", "tok-leak")
 	t.Setenv("ALLOWED_API_KEY", "allowed")
 	t.Setenv("PLAIN_SETTING", "plain")
+	// The names of finding L10 in the 2026-11 review, which reached commands.
+	l10 := []string{"PGPASSWORD", "MYSQL_PWD", "R2_SECRET_ACCESS_KEY", "JWT_PRIVATE_KEY", "DB_PASS", "API_KEY", "DATABASE_URL", "SSH_AUTH_SOCK", "GITHUB_PAT"}
+	for _, n := range l10 {
+		t.Setenv(n, "l10-leak-"+n)
+	}
 	cfg := config.Default().Terminal
 	cfg.EnvPassthrough = []string{"ALLOWED_API_KEY"}
 	be, err := New(backend.Options{Config: cfg})
@@ -58,6 +69,11 @@ func TestCommandsDoNotSeeSecrets(t *testing.T) {
 	p.Wait()
 	p.Close()
 	env := string(out)
+	for _, n := range l10 {
+		if strings.Contains(env, "l10-leak-"+n) {
+			t.Errorf("child environment holds %s", n)
+		}
+	}
 	for _, leak := range []string{"sk-ant-leak", "tok-leak"} {
 		if strings.Contains(env, leak) {
 			t.Errorf("child environment holds %q", leak)

@@ -1,6 +1,11 @@
 // Package local is the backend that runs commands on this machine. Every
 // process it starts leads its own process group, so the session can kill a
 // command's whole tree, and its environment is stripped of credentials.
+// Through hostproc, berth makes itself non-dumpable before the first
+// command (a command of the same user cannot read the credentials from
+// berth's own /proc/PID/environ), passes no inherited descriptor on, and
+// marks every process so that nothing it started outlives it, even when it
+// is killed with SIGKILL.
 package local
 
 import (
