@@ -91,11 +91,13 @@ type Process interface {
 	Stdin() io.WriteCloser
 	// Stdout is the process's output stream. It returns io.EOF (or another
 	// error) once the process has exited and its output was drained, or
-	// after Close. It ends at most WaitDelay after Wait has returned, even
-	// when a descendant of the process still holds the stream open (the
-	// after-exit bound of os/exec's Cmd.WaitDelay), so callers never need a
-	// timer of their own; WithWaitDelay adds the bound to a process that
-	// cannot enforce it natively.
+	// after Close. Once Wait has returned it ends as soon as no output has
+	// arrived for WaitDelay (MaxDrain at the latest), even when a
+	// descendant of the process still holds the stream open (the after-exit
+	// bound of os/exec's Cmd.WaitDelay, made tolerant of output that lags
+	// behind the exit status over a network), so callers never need a timer
+	// of their own; WithWaitDelay adds the bound to a process that cannot
+	// enforce it natively.
 	Stdout() io.Reader
 	// Wait blocks until the process exits and returns its exit status:
 	// the exit code, or 128+N when it was killed by signal N. It must return

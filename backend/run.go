@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,18 +17,45 @@ import (
 // the role of os/exec's Cmd.WaitDelay.
 const WaitDelay = 2 * time.Second
 
+// MaxDrain bounds how long output may keep flowing after the exit before
+// Stdout is ended anyway (a descendant that keeps printing).
+const MaxDrain = 15 * WaitDelay
+
+// DrainThenClose arms the after-exit bound once the exit is known: it calls
+// closeFn when no output has arrived for d (lastOutput reports when the
+// last chunk did), or MaxDrain after the exit at the latest. Output
+// still in flight when the exit is reported (a stream that lags behind the
+// status, as over a network) is thus delivered, while a silent descendant
+// holding the stream cannot keep it open.
+func DrainThenClose(d time.Duration, lastOutput func() time.Time, closeFn func()) {
+	exited := time.Now()
+	var check func()
+	check = func() {
+		now := time.Now()
+		quiet := now.Sub(lastOutput())
+		switch {
+		case quiet >= d || now.Sub(exited) >= MaxDrain:
+			closeFn()
+		default:
+			time.AfterFunc(min(d-quiet, MaxDrain-now.Sub(exited)), check)
+		}
+	}
+	time.AfterFunc(d, check)
+}
+
 // ErrOutputTooLong is returned (wrapped) by Output when a process printed
 // more than the caller's limit.
 var ErrOutputTooLong = errors.New("backend: output exceeded the limit")
 
 // WithWaitDelay wraps a process whose output stream may outlive its exit
 // (a pipe a descendant still holds, a stream the target closes late) so that
-// Stdout ends at most d after Wait has returned, as the Process contract
-// requires: the remaining output is dropped and the underlying process's
-// client side is closed. Backends that can bound their stream natively (a
-// read deadline on a pipe or connection) need not use it.
+// Stdout ends once no output has arrived for d after Wait has returned (or
+// MaxDrain after it at the latest), as the Process contract requires: the
+// underlying process's client side is then closed. Backends that can bound
+// their stream natively need not use it.
 func WithWaitDelay(p Process, d time.Duration) Process {
 	w := &waitDelayed{Process: p, delay: d}
+	w.last.Store(time.Now().UnixNano())
 	w.r, w.w = io.Pipe()
 	go w.pump()
 	return w
@@ -39,12 +67,24 @@ type waitDelayed struct {
 	r     *io.PipeReader
 	w     *io.PipeWriter
 	once  sync.Once
+	last  atomic.Int64 // unix nanoseconds of the last output chunk
 }
 
 // pump copies the underlying output into the pipe the caller reads.
 func (w *waitDelayed) pump() {
-	_, err := io.Copy(w.w, w.Process.Stdout())
+	_, err := io.Copy(stampWriter{w.w, &w.last}, w.Process.Stdout())
 	w.w.CloseWithError(err) // nil means io.EOF for the reader
+}
+
+// stampWriter records when output last arrived.
+type stampWriter struct {
+	w    io.Writer
+	last *atomic.Int64
+}
+
+func (s stampWriter) Write(p []byte) (int, error) {
+	s.last.Store(time.Now().UnixNano())
+	return s.w.Write(p)
 }
 
 func (w *waitDelayed) Stdout() io.Reader { return w.r }
@@ -53,7 +93,7 @@ func (w *waitDelayed) Stdout() io.Reader { return w.r }
 func (w *waitDelayed) Wait() (int, error) {
 	code, err := w.Process.Wait()
 	w.once.Do(func() {
-		time.AfterFunc(w.delay, func() {
+		DrainThenClose(w.delay, func() time.Time { return time.Unix(0, w.last.Load()) }, func() {
 			w.w.CloseWithError(io.EOF)
 			w.Process.Close()
 		})

@@ -78,6 +78,10 @@ type Registry struct {
 	mu       sync.Mutex
 	procs    map[string]*Proc
 	starting int // slots reserved by starts in progress
+	// startingIn counts the starts in progress by key: a process being
+	// started is work in progress, so the idle sweep must spare its
+	// environment before the process is tracked.
+	startingIn map[string]int
 	// MaxWait clamps wait timeouts (terminal.timeout).
 	MaxWait time.Duration
 	now     func() time.Time
@@ -130,14 +134,21 @@ func (r *Registry) Start(ctx context.Context, env *terminal.Env, key string, req
 		return StartError(fmt.Errorf("%d background processes are running, the most berth tracks; kill or wait for one first", MaxTracked))
 	}
 	r.starting++
+	if r.startingIn == nil {
+		r.startingIn = map[string]int{}
+	}
+	r.startingIn[key]++
 	r.mu.Unlock()
 	reserved := true
 	defer func() {
-		if reserved {
-			r.mu.Lock()
-			r.starting--
-			r.mu.Unlock()
+		r.mu.Lock()
+		if r.startingIn[key]--; r.startingIn[key] == 0 {
+			delete(r.startingIn, key)
 		}
+		if reserved {
+			r.starting--
+		}
+		r.mu.Unlock()
 	}()
 
 	sess := env.Session()
@@ -257,7 +268,10 @@ func (r *Registry) pruneLocked(room int) {
 func (r *Registry) Running(key string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
+	n := r.startingIn[key]
+	if key == "" {
+		n = r.starting
+	}
 	for _, p := range r.procs {
 		if key != "" && p.Key != key {
 			continue

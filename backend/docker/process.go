@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
@@ -78,6 +79,7 @@ type process struct {
 	stdin       *stdin
 	stdout      *io.PipeReader
 	pw          *io.PipeWriter
+	last        atomic.Int64  // unix nanoseconds of the last output chunk
 	eof         chan struct{} // closed when the output stream ended
 	cancel      context.CancelFunc
 
@@ -116,7 +118,7 @@ func (p *process) finish(code int, err error) {
 		close(p.done)
 		// The after-exit bound of the Process contract: a descendant that
 		// keeps the exec's stream open must not keep Stdout open forever.
-		time.AfterFunc(backend.WaitDelay, func() {
+		backend.DrainThenClose(backend.WaitDelay, p.lastOutput, func() {
 			p.pw.CloseWithError(io.EOF)
 			p.conn.Close()
 		})
@@ -127,14 +129,27 @@ func (p *process) finish(code int, err error) {
 // arrival order) into the pipe Stdout reads.
 func (p *process) copyOutput(pw *io.PipeWriter, tty bool) {
 	var err error
+	w := stampWriter{p}
 	if tty {
-		_, err = io.Copy(pw, p.conn.Reader)
+		_, err = io.Copy(w, p.conn.Reader)
 	} else {
-		_, err = stdcopy.StdCopy(pw, pw, p.conn.Reader)
+		_, err = stdcopy.StdCopy(w, w, p.conn.Reader)
 	}
 	close(p.eof)
 	pw.CloseWithError(err) // nil: io.EOF
 }
+
+// stampWriter passes output on to the pipe Stdout reads, noting when it
+// last arrived (the after-exit bound waits for the stream to go quiet).
+type stampWriter struct{ p *process }
+
+func (s stampWriter) Write(b []byte) (int, error) {
+	s.p.last.Store(time.Now().UnixNano())
+	return s.p.pw.Write(b)
+}
+
+// lastOutput reports when output last arrived.
+func (p *process) lastOutput() time.Time { return time.Unix(0, p.last.Load()) }
 
 // watch learns the exit status.
 func (p *process) watch(ctx context.Context, since time.Time) {

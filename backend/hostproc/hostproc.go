@@ -35,6 +35,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -115,7 +116,7 @@ func start(cmd *exec.Cmd, name string, tty bool) (backend.Process, error) {
 		if err != nil {
 			return nil, fmt.Errorf("hostproc: start %s with a pty: %w", name, err)
 		}
-		return &proc{cmd: cmd, stdin: f, stdout: f}, nil
+		return &proc{cmd: cmd, stdin: f, stdout: f, out: boundedOutput{f: f}}, nil
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
@@ -135,7 +136,7 @@ func start(cmd *exec.Cmd, name string, tty bool) (backend.Process, error) {
 		return nil, fmt.Errorf("hostproc: start %s: %w", name, err)
 	}
 	pw.Close()
-	return &proc{cmd: cmd, stdin: stdin, stdout: pr}, nil
+	return &proc{cmd: cmd, stdin: stdin, stdout: pr, out: boundedOutput{f: pr}}, nil
 }
 
 // proc is a process started by Start.
@@ -143,6 +144,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stdout *os.File
+	out    boundedOutput
 	bound  sync.Once
 }
 
@@ -150,7 +152,7 @@ func (p *proc) Stdin() io.WriteCloser { return p.stdin }
 
 // Stdout reads the merged output; after the after-exit bound it reports
 // io.EOF instead of the deadline error.
-func (p *proc) Stdout() io.Reader { return eofOnDeadline{p.stdout} }
+func (p *proc) Stdout() io.Reader { return &p.out }
 
 // Wait returns when the process exits; the output pipe is a plain file, so
 // a descendant holding it open does not delay Wait. It then arms the
@@ -158,6 +160,7 @@ func (p *proc) Stdout() io.Reader { return eofOnDeadline{p.stdout} }
 func (p *proc) Wait() (int, error) {
 	err := p.cmd.Wait()
 	p.bound.Do(func() {
+		p.out.exited.Store(time.Now().UnixNano())
 		if p.stdout.SetReadDeadline(time.Now().Add(backend.WaitDelay)) != nil {
 			// Not pollable: closing the file ends a blocked read instead.
 			time.AfterFunc(backend.WaitDelay, func() { p.stdout.Close() })
@@ -179,13 +182,41 @@ func (p *proc) Close() error {
 	return p.stdout.Close()
 }
 
-// eofOnDeadline turns the after-exit deadline into a clean end of stream.
-type eofOnDeadline struct{ f *os.File }
+// boundedOutput reads the output pipe. After the exit it keeps a read
+// deadline WaitDelay ahead of the last output (MaxDrain after the exit at
+// the latest), so output still flowing is delivered while a silent
+// descendant holding the pipe cannot keep it open; the expired deadline
+// reads as a clean end of stream.
+type boundedOutput struct {
+	f      *os.File
+	exited atomic.Int64 // unix nanoseconds of the exit; 0 while running
+}
 
-func (r eofOnDeadline) Read(b []byte) (int, error) {
+func (r *boundedOutput) Read(b []byte) (int, error) {
 	n, err := r.f.Read(b)
+	ex := r.exited.Load()
+	if ex == 0 {
+		return n, err
+	}
+	limit := time.Unix(0, ex).Add(backend.MaxDrain)
+	if errors.Is(err, os.ErrDeadlineExceeded) && time.Now().Before(limit) {
+		// An expired deadline fails a read before looking at the pipe:
+		// take what is already buffered before calling the stream ended.
+		r.f.SetReadDeadline(time.Now().Add(time.Millisecond))
+		n, err = r.f.Read(b)
+	}
+	if n > 0 && err == nil {
+		r.f.SetReadDeadline(minTime(time.Now().Add(backend.WaitDelay), limit))
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, os.ErrClosed) {
 		err = io.EOF
 	}
 	return n, err
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
