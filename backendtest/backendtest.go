@@ -163,7 +163,7 @@ func (s *Suite) terminalTests() []namedTest {
 }
 
 // env builds a terminal environment on a fresh backend.
-func (s *Suite) env(t *testing.T) *terminal.Env {
+func (s *Suite) env(t *testing.T) *terminal.Environment {
 	t.Helper()
 	be := s.f(t)
 	e := terminal.New(be, terminal.Options{
@@ -181,7 +181,7 @@ func (s *Suite) env(t *testing.T) *terminal.Env {
 }
 
 // run executes a command and fails the test if it could not run at all.
-func run(t *testing.T, e *terminal.Env, req terminal.Request) terminal.Result {
+func run(t *testing.T, e *terminal.Environment, req terminal.Request) terminal.Result {
 	t.Helper()
 	r := e.Run(context.Background(), req)
 	if r.Error != nil {
@@ -193,7 +193,7 @@ func run(t *testing.T, e *terminal.Env, req terminal.Request) terminal.Result {
 func cmd(c string) terminal.Request { return terminal.Request{Command: c} }
 
 // expect runs a command and checks its exact output and exit code.
-func expect(t *testing.T, e *terminal.Env, req terminal.Request, wantOut string, wantCode int) terminal.Result {
+func expect(t *testing.T, e *terminal.Environment, req terminal.Request, wantOut string, wantCode int) terminal.Result {
 	t.Helper()
 	r := run(t, e, req)
 	if r.Output != wantOut || r.ExitCode != wantCode {
@@ -202,7 +202,7 @@ func expect(t *testing.T, e *terminal.Env, req terminal.Request, wantOut string,
 	return r
 }
 
-func (s *Suite) scratch(t *testing.T, e *terminal.Env) string {
+func (s *Suite) scratch(t *testing.T, e *terminal.Environment) string {
 	t.Helper()
 	dir := fmt.Sprintf("%s/berth-ct-%d", s.opts.Scratch, time.Now().UnixNano())
 	expect(t, e, cmd("mkdir -p "+dir), "", 0)

@@ -21,7 +21,7 @@ import (
 // and busybox-level tools in the environment (mktemp, stat, sha256sum, ln,
 // chmod) and a writable /tmp and $HOME. One environment serves the whole
 // suite; each test works in its own temporary directory.
-func RunFiles(t *testing.T, env *terminal.Env) {
+func RunFiles(t *testing.T, env *terminal.Environment) {
 	c := &conf{env: env}
 	for _, tc := range []struct {
 		name string
@@ -62,7 +62,7 @@ func RunFiles(t *testing.T, env *terminal.Env) {
 }
 
 type conf struct {
-	env *terminal.Env
+	env *terminal.Environment
 }
 
 func ctxT(t *testing.T) context.Context {

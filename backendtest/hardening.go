@@ -115,7 +115,7 @@ func (s *Suite) testCloseInterrupts(t *testing.T) {
 // stdin twice, large stdin) printing with out, a command that prints its
 // arguments and is not the subject of the test. Trace lines ("+ ...") are
 // the user's and are left out when comparing; none may mention berth.
-func battery(t *testing.T, e *terminal.Env, out, in string, errexit bool) {
+func battery(t *testing.T, e *terminal.Environment, out, in string, errexit bool) {
 	t.Helper()
 	clean := func(s string) string {
 		var keep []string
@@ -294,7 +294,7 @@ func nohup(command string) string {
 }
 
 // cometStopped reports whether the comet's counter stays still.
-func cometStopped(t *testing.T, e *terminal.Env, comet string) {
+func cometStopped(t *testing.T, e *terminal.Environment, comet string) {
 	t.Helper()
 	a := run(t, e, cmd("cat "+comet)).Output
 	time.Sleep(700 * time.Millisecond)

@@ -102,7 +102,7 @@ func (s *Suite) persistenceTests() []namedTest {
 }
 
 // envOn wraps a backend in a terminal environment closed with the test.
-func (s *Suite) envOn(t *testing.T, be backend.Backend) *terminal.Env {
+func (s *Suite) envOn(t *testing.T, be backend.Backend) *terminal.Environment {
 	e := terminal.New(be, terminal.Options{DefaultTimeout: 60 * time.Second, SpillDir: t.TempDir()})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -44,7 +44,7 @@ const TrivialCommand = "true"
 
 // Latency runs the trivial command n times through env's full terminal path
 // (session, output pipeline, result) after a short warm-up.
-func Latency(ctx context.Context, env *terminal.Env, n int) (Stats, error) {
+func Latency(ctx context.Context, env *terminal.Environment, n int) (Stats, error) {
 	for i := 0; i < 5; i++ {
 		if r := env.Run(ctx, terminal.Request{Command: TrivialCommand}); r.Error != nil {
 			return Stats{}, fmt.Errorf("bench: warm-up: %s", *r.Error)
@@ -126,7 +126,7 @@ func (t ThroughputResult) MBPerSec() float64 {
 
 // Throughput streams size bytes of output through env and reports the time
 // taken and how much the berth process's peak resident memory grew.
-func Throughput(ctx context.Context, env *terminal.Env, size int64) (ThroughputResult, error) {
+func Throughput(ctx context.Context, env *terminal.Environment, size int64) (ThroughputResult, error) {
 	cmd := fmt.Sprintf("head -c %d /dev/zero | tr '\\000' a", size)
 	base, resetOK := resetPeakRSS()
 	start := time.Now()

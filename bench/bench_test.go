@@ -10,7 +10,7 @@ import (
 	"github.com/a55dbaac/berth/terminal"
 )
 
-func localEnv(b *testing.B) (*terminal.Env, backend.Backend) {
+func localEnv(b *testing.B) (*terminal.Environment, backend.Backend) {
 	be, err := local.New(backend.Options{})
 	if err != nil {
 		b.Fatal(err)

@@ -7,7 +7,7 @@ import (
 )
 
 // IsNative exposes native to the external tests.
-func IsNative(env *terminal.Env) bool { return native(env) }
+func IsNative(env *terminal.Environment) bool { return native(env) }
 
 // SetNoRipgrep makes Search ignore rg until the end of the test.
 func SetNoRipgrep(t testing.TB, v bool) {

@@ -1,7 +1,7 @@
 // Package files implements the file tools of the agent contract —
 // read_file, write_file, patch and search_files — on top of any backend.
 //
-// Every function takes a *terminal.Env and works inside that environment:
+// Every function takes a *terminal.Environment and works inside that environment:
 // on a container or a remote host the file is read and written there, not on
 // the machine running berth. Relative paths resolve against the session's
 // current directory and "~" against the environment's $HOME.
@@ -65,7 +65,7 @@ const (
 const opTimeout = 180 * time.Second
 
 // native reports whether env's backend is this machine's filesystem.
-func native(env *terminal.Env) bool {
+func native(env *terminal.Environment) bool {
 	be := env.Backend()
 	n, ok := be.(backend.NativeFS)
 	return ok && n.NativeFS()
@@ -80,7 +80,7 @@ type target struct {
 
 // resolve turns a tool's path argument into a target, relative paths being
 // taken from the session's current directory.
-func resolve(ctx context.Context, env *terminal.Env, p string) (target, error) {
+func resolve(ctx context.Context, env *terminal.Environment, p string) (target, error) {
 	if p == "" {
 		return target{}, errors.New("path is empty")
 	}
@@ -224,7 +224,7 @@ func parseReply(tag string, out []byte) (shellReply, bool) {
 // runScript runs a POSIX sh script in the environment's persistent session,
 // inside a subshell so it can neither change the session's state nor end
 // it, and returns its merged output (at most max bytes).
-func runScript(ctx context.Context, env *terminal.Env, script string, stdin []byte, max int) ([]byte, error) {
+func runScript(ctx context.Context, env *terminal.Environment, script string, stdin []byte, max int) ([]byte, error) {
 	timeout := opTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)

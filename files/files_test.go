@@ -47,7 +47,7 @@ func (w withFileWriter) WriteFile(ctx context.Context, name string, r io.Reader,
 	return err
 }
 
-func localEnv(t testing.TB, wrap func(backend.Backend) backend.Backend) *terminal.Env {
+func localEnv(t testing.TB, wrap func(backend.Backend) backend.Backend) *terminal.Environment {
 	be, err := local.New(backend.Options{Config: config.Default().Terminal})
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ func localEnv(t testing.TB, wrap func(backend.Backend) backend.Backend) *termina
 }
 
 func TestConformanceLocalNative(t *testing.T) {
-	backendtest.RunFiles(t, func() *terminal.Env {
+	backendtest.RunFiles(t, func() *terminal.Environment {
 		env := localEnv(t, func(b backend.Backend) backend.Backend { return b })
 		if !files.IsNative(env) {
 			t.Fatal("the local backend is not recognised as native")
@@ -68,7 +68,7 @@ func TestConformanceLocalNative(t *testing.T) {
 }
 
 func TestConformanceLocalShell(t *testing.T) {
-	backendtest.RunFiles(t, func() *terminal.Env {
+	backendtest.RunFiles(t, func() *terminal.Environment {
 		env := localEnv(t, func(b backend.Backend) backend.Backend { return shellOnly{b} })
 		if files.IsNative(env) {
 			t.Fatal("shellOnly is taken for native")
@@ -79,14 +79,14 @@ func TestConformanceLocalShell(t *testing.T) {
 
 func TestConformanceLocalShellGrepFallback(t *testing.T) {
 	files.SetNoRipgrep(t, true)
-	backendtest.RunFiles(t, func() *terminal.Env {
+	backendtest.RunFiles(t, func() *terminal.Environment {
 		return localEnv(t, func(b backend.Backend) backend.Backend { return shellOnly{b} })
 	}())
 }
 
 func TestConformanceLocalFileWriter(t *testing.T) {
 	var uses atomic.Int64
-	backendtest.RunFiles(t, func() *terminal.Env {
+	backendtest.RunFiles(t, func() *terminal.Environment {
 		return localEnv(t, func(b backend.Backend) backend.Backend { return withFileWriter{b, &uses} })
 	}())
 	if uses.Load() == 0 {
@@ -143,7 +143,7 @@ func TestConformanceBusybox(t *testing.T) {
 		}
 	}
 	t.Setenv("PATH", dir)
-	backendtest.RunFiles(t, func() *terminal.Env {
+	backendtest.RunFiles(t, func() *terminal.Environment {
 		env := localEnv(t, func(b backend.Backend) backend.Backend { return shellOnly{b} })
 		r := env.Run(context.Background(), terminal.Request{Command: "command -v bash; command -v rg; grep --help 2>&1 | head -n 1"})
 		if strings.Contains(r.Output, "bash") || strings.Contains(r.Output, "rg") || !strings.Contains(r.Output, "BusyBox") {
@@ -192,7 +192,7 @@ func TestMeasureWrite(t *testing.T) {
 	}
 	for _, n := range []int{1 << 20, 50 << 20} {
 		os.WriteFile(filepath.Join(dir, "r.txt"), []byte(text(n)), 0o644)
-		for _, e := range []*terminal.Env{env, nat} {
+		for _, e := range []*terminal.Environment{env, nat} {
 			start := time.Now()
 			if _, err := files.Read(ctx, e, filepath.Join(dir, "r.txt"), 1, 2000); err != nil {
 				t.Fatal(err)

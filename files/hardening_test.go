@@ -20,18 +20,18 @@ import (
 // native path and on the shell path docker and ssh take. Each is written
 // against an environment factory so it can join the conformance suite.
 
-func hardeningEnvs() map[string]func(t testing.TB) *terminal.Env {
-	return map[string]func(t testing.TB) *terminal.Env{
-		"native": func(t testing.TB) *terminal.Env {
+func hardeningEnvs() map[string]func(t testing.TB) *terminal.Environment {
+	return map[string]func(t testing.TB) *terminal.Environment{
+		"native": func(t testing.TB) *terminal.Environment {
 			return localEnv(t, func(b backend.Backend) backend.Backend { return b })
 		},
-		"shell": func(t testing.TB) *terminal.Env {
+		"shell": func(t testing.TB) *terminal.Environment {
 			return localEnv(t, func(b backend.Backend) backend.Backend { return shellOnly{b} })
 		},
 	}
 }
 
-func forEachEnv(t *testing.T, f func(t *testing.T, env *terminal.Env)) {
+func forEachEnv(t *testing.T, f func(t *testing.T, env *terminal.Environment)) {
 	for name, newEnv := range hardeningEnvs() {
 		t.Run(name, func(t *testing.T) { f(t, newEnv(t)) })
 	}
@@ -39,7 +39,7 @@ func forEachEnv(t *testing.T, f func(t *testing.T, env *terminal.Env)) {
 
 // shell runs a command in env's session and fails the test unless it
 // exits 0.
-func shell(t *testing.T, env *terminal.Env, cmd string) string {
+func shell(t *testing.T, env *terminal.Environment, cmd string) string {
 	t.Helper()
 	r := env.Run(context.Background(), terminal.Request{Command: cmd, Timeout: 30})
 	if r.Error != nil || r.ExitCode != 0 {
@@ -66,7 +66,7 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 
 // L9: a FIFO, a device or a socket is refused at once, never read.
 func TestReadSpecialFileRefusedAtOnce(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, env *terminal.Env) {
+	forEachEnv(t, func(t *testing.T, env *terminal.Environment) {
 		d := t.TempDir()
 		fifo := filepath.Join(d, "fifo")
 		if err := syscall.Mkfifo(fifo, 0o666); err != nil {
@@ -85,7 +85,7 @@ func TestReadSpecialFileRefusedAtOnce(t *testing.T) {
 // L17: a patch into a CRLF file inserts CRLF lines, also when old_string
 // is a single line (which matches without any line ending).
 func TestPatchCRLFKeepsLineEndings(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, env *terminal.Env) {
+	forEachEnv(t, func(t *testing.T, env *terminal.Environment) {
 		p := filepath.Join(t.TempDir(), "win.txt")
 		os.WriteFile(p, []byte("one\r\ntwo\r\nthree\r\n"), 0o644)
 		if _, err := files.Patch(context.Background(), env, p, "two", "2a\n2b", false); err != nil {
@@ -109,7 +109,7 @@ func TestPatchCRLFKeepsLineEndings(t *testing.T) {
 // L17: writing through a dangling symbolic link creates its target and
 // keeps the link, as writing through a live one does.
 func TestWriteDanglingSymlink(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, env *terminal.Env) {
+	forEachEnv(t, func(t *testing.T, env *terminal.Environment) {
 		d := t.TempDir()
 		for name, target := range map[string]string{
 			"relative":       "target.txt",
@@ -140,7 +140,7 @@ func TestWriteDanglingSymlink(t *testing.T) {
 // L17: a Latin-1 file is text: read decodes it with a note, patch edits it
 // and keeps it Latin-1, and refuses a character Latin-1 cannot hold.
 func TestLatin1ReadAndPatch(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, env *terminal.Env) {
+	forEachEnv(t, func(t *testing.T, env *terminal.Environment) {
 		p := filepath.Join(t.TempDir(), "legacy.txt")
 		orig := "caf\xe9 cr\xe8me\nna\xefve\n"
 		os.WriteFile(p, []byte(orig), 0o644)
@@ -173,7 +173,7 @@ func TestLatin1ReadAndPatch(t *testing.T) {
 // place, keeping its mode. The directory is made immutable (as root) or
 // read-only (otherwise).
 func TestWriteInUnwritableDirectory(t *testing.T) {
-	forEachEnv(t, func(t *testing.T, env *terminal.Env) {
+	forEachEnv(t, func(t *testing.T, env *terminal.Environment) {
 		d := filepath.Join(t.TempDir(), "locked")
 		os.Mkdir(d, 0o755)
 		p := filepath.Join(d, "notes.txt")
@@ -227,7 +227,7 @@ func TestFileToolsRedactSecrets(t *testing.T) {
 	const key = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"
 	const body1, body2 = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7", "VJTUt9Us8cKjMzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDu"
 	pem := "-----BEGIN PRIVATE KEY-----\n" + body1 + "\n" + body2 + "\n-----END PRIVATE KEY-----\n"
-	forEachEnv(t, func(t *testing.T, env *terminal.Env) {
+	forEachEnv(t, func(t *testing.T, env *terminal.Environment) {
 		d := t.TempDir()
 		shell(t, env, "cd "+d)
 		os.WriteFile(filepath.Join(d, ".env"), []byte("# config\nOPENAI_API_KEY="+key+"\nDEBUG=1\n"), 0o600)

@@ -29,7 +29,7 @@ type PatchResult struct {
 // text. A file with CRLF line endings also matches an old string written
 // with plain newlines. The file is written back atomically with Write's
 // guarantees, and the result carries a unified diff.
-func Patch(ctx context.Context, env *terminal.Env, path, old, new string, replaceAll bool) (PatchResult, error) {
+func Patch(ctx context.Context, env *terminal.Environment, path, old, new string, replaceAll bool) (PatchResult, error) {
 	if old == "" {
 		return PatchResult{}, errors.New("patch: old_string is empty; give the exact text to replace (use write_file to create a file)")
 	}
@@ -133,7 +133,7 @@ func occurrenceLines(content, old string, max int) string {
 
 // readAll reads a whole text file for editing. A Latin-1 file is returned
 // decoded, with latin1 set.
-func readAll(ctx context.Context, env *terminal.Env, t target) (content string, latin1 bool, err error) {
+func readAll(ctx context.Context, env *terminal.Environment, t target) (content string, latin1 bool, err error) {
 	var data []byte
 	if native(env) {
 		p, err := t.hostPath()

@@ -50,7 +50,7 @@ const maxLineBytes = 4*MaxLineChars + 4
 //
 // On backends other than local it is one shell command: a short header and
 // the requested slice.
-func Read(ctx context.Context, env *terminal.Env, path string, offset, limit int) (ReadResult, error) {
+func Read(ctx context.Context, env *terminal.Environment, path string, offset, limit int) (ReadResult, error) {
 	if offset <= 0 {
 		offset = 1
 	}
@@ -283,7 +283,7 @@ const readScript = probeScript + `  set -- $(command wc -lc <"$p")
 fi`
 
 // readShell reads a file through the environment's shell in one round trip.
-func readShell(ctx context.Context, env *terminal.Env, t target, offset, limit int) (rawRead, error) {
+func readShell(ctx context.Context, env *terminal.Environment, t target, offset, limit int) (rawRead, error) {
 	tag := newTag()
 	slice := fmt.Sprintf(`command head -n %d <"$p"`, limit)
 	if offset > 1 {

@@ -77,7 +77,7 @@ type SearchRequest struct {
 }
 
 // Search runs a SearchRequest; see search for what each field does.
-func Search(ctx context.Context, env *terminal.Env, req SearchRequest) (SearchResult, error) {
+func Search(ctx context.Context, env *terminal.Environment, req SearchRequest) (SearchResult, error) {
 	return search(ctx, env, req.Pattern, req.Path, req.Target, req.FileGlob, req.Limit, req.Context, req.Offset)
 }
 
@@ -96,7 +96,7 @@ func Search(ctx context.Context, env *terminal.Env, req SearchRequest) (SearchRe
 // counts them all. rg is used when the environment has it (it skips hidden
 // and git-ignored files); otherwise grep -r for content and find for files,
 // skipping .git and node_modules.
-func search(ctx context.Context, env *terminal.Env, pattern, dir, target, fileGlob string, limit, around, offset int) (SearchResult, error) {
+func search(ctx context.Context, env *terminal.Environment, pattern, dir, target, fileGlob string, limit, around, offset int) (SearchResult, error) {
 	if target == "" {
 		target = "content"
 	}
@@ -170,7 +170,7 @@ command rm -f "$e" "$e.rc"`
 
 // runSearch runs the three engine command lines and returns the engine
 // used, its output, exit status and error text.
-func runSearch(ctx context.Context, env *terminal.Env, root target, rg, gnu, grep, capCmd string) (engine string, out []byte, status int, stderr string, err error) {
+func runSearch(ctx context.Context, env *terminal.Environment, root target, rg, gnu, grep, capCmd string) (engine string, out []byte, status int, stderr string, err error) {
 	tag := newTag()
 	no := ""
 	if noRipgrep {
@@ -209,7 +209,7 @@ func runSearch(ctx context.Context, env *terminal.Env, root target, rg, gnu, gre
 }
 
 // searchContent searches inside files.
-func searchContent(ctx context.Context, env *terminal.Env, root target, pattern, fileGlob string, globRe *regexp.Regexp, limit, context, offset int) (SearchResult, error) {
+func searchContent(ctx context.Context, env *terminal.Environment, root target, pattern, fileGlob string, globRe *regexp.Regexp, limit, context, offset int) (SearchResult, error) {
 	ctxArg := ""
 	if context > 0 {
 		ctxArg = " -C " + strconv.Itoa(context)
@@ -382,7 +382,7 @@ func skippedDir(p string) bool {
 }
 
 // searchFiles finds files by name.
-func searchFiles(ctx context.Context, env *terminal.Env, root target, pattern string, nameRe, globRe *regexp.Regexp, limit, offset int) (SearchResult, error) {
+func searchFiles(ctx context.Context, env *terminal.Environment, root target, pattern string, nameRe, globRe *regexp.Regexp, limit, offset int) (SearchResult, error) {
 	rg := `command rg --no-config --files --null -- "$r"`
 	find := `command find "$r" \( -name .git -o -name node_modules \) -prune -o -type f -print0`
 	engine, out, status, stderr, err := runSearch(ctx, env, root, rg, find, find, "command head -c "+strconv.Itoa(searchCapBytes))

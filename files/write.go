@@ -48,7 +48,7 @@ var sessionStdinMax = SessionStdinMax
 // The content never appears in a command line: it travels on a stdin (the
 // session's or a helper process's) or through the backend's FileWriter.
 // Content larger than MaxWriteBytes is refused.
-func Write(ctx context.Context, env *terminal.Env, path, content string) (WriteResult, error) {
+func Write(ctx context.Context, env *terminal.Environment, path, content string) (WriteResult, error) {
 	if len(content) > MaxWriteBytes {
 		return WriteResult{}, fmt.Errorf("write_file: content is %s; at most %s can be written in one call (write the file in parts with the terminal, or generate it there)",
 			mib(len(content)), mib(MaxWriteBytes))
@@ -270,7 +270,7 @@ const writeFill = `command cat >|"$t" || { [ -n "$inplace" ] || command rm -f "$
 
 // writeShell writes through the shell: small content on the session's
 // stdin (one round trip), large content on a helper process's raw stdin.
-func writeShell(ctx context.Context, env *terminal.Env, t target, content string) (WriteResult, error) {
+func writeShell(ctx context.Context, env *terminal.Environment, t target, content string) (WriteResult, error) {
 	tag := newTag()
 	var out []byte
 	var err error
@@ -328,7 +328,7 @@ func writeReply(t target, tag string, out []byte, size int) (WriteResult, error)
 
 // writeFileWriter writes through the backend's file API: the shell prepares
 // (directories, mode) and commits (rename), the bytes go through fw.
-func writeFileWriter(ctx context.Context, env *terminal.Env, fw backend.FileWriter, t target, content string) (WriteResult, error) {
+func writeFileWriter(ctx context.Context, env *terminal.Environment, fw backend.FileWriter, t target, content string) (WriteResult, error) {
 	tag := newTag()
 	prep := fmt.Sprintf(writePrelude+"printf '\\n%%s ok %%s %%s %%s\\n%%s' %[1]s \"${m:--}\" \"${o:--}\" \"$new\" \"$p\"\n", tag, t.word())
 	out, err := runScript(ctx, env, prep, nil, 64<<10)

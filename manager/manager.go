@@ -48,7 +48,7 @@ type Manager struct {
 
 type entry struct {
 	ready chan struct{} // closed once env or err is set
-	env   *terminal.Env
+	env   *terminal.Environment
 	err   error
 }
 
@@ -124,7 +124,7 @@ func (m *Manager) Gate() *approval.Gate { return m.gate }
 // singularity, modal, daytona), the working directory (workdir when given,
 // else the shell's), and on the local backend the home directory and
 // berth's own files.
-func (m *Manager) approvalContext(env *terminal.Env, workdir string) approval.Context {
+func (m *Manager) approvalContext(env *terminal.Environment, workdir string) approval.Context {
 	t := m.cfg.Terminal
 	hostMounts := len(t.List("docker_volumes")) > 0 || t.Bool("docker_mount_cwd_to_workspace")
 	c := approval.Context{
@@ -182,7 +182,7 @@ var ErrClosed = errors.New("manager: shut down")
 // Env returns the environment for key, creating it on first use. A backend
 // that cannot be built or reached is an error; there is never a fallback to
 // another backend.
-func (m *Manager) Env(ctx context.Context, key string) (*terminal.Env, error) {
+func (m *Manager) Env(ctx context.Context, key string) (*terminal.Environment, error) {
 	if key == "" {
 		key = DefaultKey
 	}
@@ -219,7 +219,7 @@ func (m *Manager) Env(ctx context.Context, key string) (*terminal.Env, error) {
 // create builds a backend and its environment for key. A panic in a
 // backend's constructor becomes this key's error, so callers waiting on the
 // entry are answered instead of hanging.
-func (m *Manager) create(ctx context.Context, key string) (env *terminal.Env, err error) {
+func (m *Manager) create(ctx context.Context, key string) (env *terminal.Environment, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			env, err = nil, fmt.Errorf("environment %q: backend constructor panicked: %v", key, p)
@@ -458,7 +458,7 @@ func (m *Manager) Sweep(ctx context.Context, lifetime time.Duration) []string {
 		}
 		idle = append(idle, k)
 	}
-	envs := make([]*terminal.Env, len(idle))
+	envs := make([]*terminal.Environment, len(idle))
 	for i, k := range idle {
 		envs[i] = m.envs[k].env
 	}

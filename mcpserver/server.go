@@ -662,7 +662,7 @@ func (s *server) process(ctx context.Context, req *mcp.CallToolRequest, in proce
 }
 
 // env returns the environment for a file tool call.
-func (s *server) env(ctx context.Context, req *mcp.CallToolRequest) (*terminal.Env, error) {
+func (s *server) env(ctx context.Context, req *mcp.CallToolRequest) (*terminal.Environment, error) {
 	return s.m.Env(ctx, s.key(req))
 }
 

@@ -57,7 +57,7 @@ type Proc struct {
 	TTY     bool
 	Started time.Time
 
-	env  *terminal.Env
+	env  *terminal.Environment
 	det  io.WriteCloser
 	kill func(ctx context.Context) error
 	out  *output.Rolling // cleaned output, the last BufferChars characters
@@ -121,7 +121,7 @@ func StartError(err error) StartResult {
 
 // Start runs req.Command in the background in env (the environment of
 // key) and tracks it.
-func (r *Registry) Start(ctx context.Context, env *terminal.Env, key string, req terminal.Request) StartResult {
+func (r *Registry) Start(ctx context.Context, env *terminal.Environment, key string, req terminal.Request) StartResult {
 	if err := terminal.Validate(req); err != nil {
 		return StartError(err)
 	}

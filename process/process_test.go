@@ -15,7 +15,7 @@ import (
 	"github.com/a55dbaac/berth/terminal"
 )
 
-func localEnv(tb testing.TB) *terminal.Env {
+func localEnv(tb testing.TB) *terminal.Environment {
 	be, err := local.New(backend.Options{})
 	if err != nil {
 		tb.Fatal(err)
@@ -27,7 +27,7 @@ func localEnv(tb testing.TB) *terminal.Env {
 
 // exitToWait starts a job that prints the wall-clock time (ns, GNU date)
 // as its last act and returns how long after that wait returned.
-func exitToWait(tb testing.TB, r *Registry, env *terminal.Env) time.Duration {
+func exitToWait(tb testing.TB, r *Registry, env *terminal.Environment) time.Duration {
 	st := r.Start(context.Background(), env, "k", terminal.Request{Command: "sleep 0.2; date +%s%N", Background: true})
 	if st.Error != nil {
 		tb.Fatal(*st.Error)

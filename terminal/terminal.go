@@ -77,10 +77,10 @@ type Options struct {
 	Replaces bool
 }
 
-// Env is one environment: a backend, its persistent session, and the tool
+// Environment is one environment: a backend, its persistent session, and the tool
 // layer around them. It is safe for concurrent use; foreground commands run
 // one at a time.
-type Env struct {
+type Environment struct {
 	be   backend.Backend
 	sess *session.Session
 	opts Options
@@ -93,7 +93,7 @@ type Env struct {
 }
 
 // Busy reports whether a foreground command is running.
-func (e *Env) Busy() bool {
+func (e *Environment) Busy() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.running > 0
@@ -101,7 +101,7 @@ func (e *Env) Busy() bool {
 
 // New returns an environment over be. Nothing is started until the first
 // command.
-func New(be backend.Backend, opts Options) *Env {
+func New(be backend.Backend, opts Options) *Environment {
 	if opts.DefaultTimeout <= 0 {
 		opts.DefaultTimeout = 180 * time.Second
 	}
@@ -118,24 +118,24 @@ func New(be backend.Backend, opts Options) *Env {
 		}
 		opts.Session.Env = env
 	}
-	return &Env{be: be, sess: session.New(be, opts.Session), opts: opts, lastUsed: time.Now(), replaced: opts.Replaces}
+	return &Environment{be: be, sess: session.New(be, opts.Session), opts: opts, lastUsed: time.Now(), replaced: opts.Replaces}
 }
 
 // Backend returns the environment's backend.
-func (e *Env) Backend() backend.Backend { return e.be }
+func (e *Environment) Backend() backend.Backend { return e.be }
 
 // Session returns the environment's persistent shell.
-func (e *Env) Session() *session.Session { return e.sess }
+func (e *Environment) Session() *session.Session { return e.sess }
 
 // LastUsed reports when the environment last ran a command.
-func (e *Env) LastUsed() time.Time {
+func (e *Environment) LastUsed() time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.lastUsed
 }
 
 // Touch marks the environment as used now (the idle sweeper spares it).
-func (e *Env) Touch() {
+func (e *Environment) Touch() {
 	e.mu.Lock()
 	e.lastUsed = time.Now()
 	e.mu.Unlock()
@@ -177,7 +177,7 @@ func Validate(req Request) error {
 // (exit 130 with the interrupt marker); the request's timeout stops it with
 // exit 124 and the timeout marker. Either way the command's whole process
 // tree inside the environment is killed and the session stays usable.
-func (e *Env) Run(ctx context.Context, req Request) Result {
+func (e *Environment) Run(ctx context.Context, req Request) Result {
 	if err := Validate(req); err != nil {
 		return ErrorResult(err)
 	}
@@ -248,7 +248,7 @@ func (e *Env) Run(ctx context.Context, req Request) Result {
 }
 
 // Close stops the session and releases the backend's environment.
-func (e *Env) Close(ctx context.Context) error {
+func (e *Environment) Close(ctx context.Context) error {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()

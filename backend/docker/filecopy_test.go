@@ -227,7 +227,7 @@ func (c *countingBackend) WriteFile(ctx context.Context, name string, r io.Reade
 	return err
 }
 
-func newEnv(t testing.TB, be backend.Backend) *terminal.Env {
+func newEnv(t testing.TB, be backend.Backend) *terminal.Environment {
 	env := terminal.New(be, terminal.Options{SpillDir: t.TempDir()})
 	t.Cleanup(func() { env.Close(context.Background()) })
 	return env

@@ -22,7 +22,7 @@ import (
 // for dead 2 s later (no kill, the sleeps kept running).
 func TestTimeoutOnPersistentContainerEveryWay(t *testing.T) {
 	opts := testOptions(t, func(c *config.Terminal) { c.ContainerPersistent = true })
-	newEnv := func(t *testing.T) (*terminal.Env, *Backend) {
+	newEnv := func(t *testing.T) (*terminal.Environment, *Backend) {
 		b, err := New(context.Background(), opts)
 		if err != nil {
 			t.Fatal(err)
@@ -35,7 +35,7 @@ func TestTimeoutOnPersistentContainerEveryWay(t *testing.T) {
 		})
 		return e, b
 	}
-	check := func(t *testing.T, e *terminal.Env) {
+	check := func(t *testing.T, e *terminal.Environment) {
 		t.Helper()
 		d := fmt.Sprintf("31%05d", rand.IntN(100000))
 		r := e.Run(context.Background(), terminal.Request{Command: "sleep " + d + " & sleep " + d, Timeout: 2})

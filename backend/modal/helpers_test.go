@@ -99,7 +99,7 @@ func newBackend(t testing.TB, opts backend.Options) *Backend {
 }
 
 // newEnv wraps a backend in the terminal layer, closed with the test.
-func newEnv(t testing.TB, be backend.Backend) *terminal.Env {
+func newEnv(t testing.TB, be backend.Backend) *terminal.Environment {
 	e := terminal.New(be, terminal.Options{DefaultTimeout: 60 * time.Second, SpillDir: t.TempDir()})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -122,7 +122,7 @@ func sh(t testing.TB, be backend.Backend, script string) (string, int) {
 }
 
 // mustRun runs a terminal command and fails on a tool error.
-func mustRun(t testing.TB, e *terminal.Env, req terminal.Request) terminal.Result {
+func mustRun(t testing.TB, e *terminal.Environment, req terminal.Request) terminal.Result {
 	t.Helper()
 	r := e.Run(context.Background(), req)
 	if r.Error != nil {

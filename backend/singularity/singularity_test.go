@@ -203,7 +203,7 @@ func testOrphansCleaned(t *testing.T, e *testEnv) {
 	}
 }
 
-func newTerminal(t *testing.T, be backend.Backend) *terminal.Env {
+func newTerminal(t *testing.T, be backend.Backend) *terminal.Environment {
 	t.Helper()
 	env := terminal.New(be, terminal.Options{
 		DefaultTimeout: 60 * time.Second,

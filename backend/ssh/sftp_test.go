@@ -241,7 +241,7 @@ func (c *cancelAfter) Read(p []byte) (int, error) {
 }
 
 // newTestEnv returns a terminal environment on be.
-func newTestEnv(t testing.TB, be backend.Backend) *terminal.Env {
+func newTestEnv(t testing.TB, be backend.Backend) *terminal.Environment {
 	t.Helper()
 	env := terminal.New(be, terminal.Options{SpillDir: t.TempDir()})
 	t.Cleanup(func() { env.Close(context.Background()) })
