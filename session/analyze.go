@@ -20,19 +20,12 @@ var stateBuiltins = map[string]bool{
 	"cd": true, "hash": true,
 }
 
-// mayChangeState reports whether running command could change the
-// exported variables (or the function and alias names) of the shell, so the
-// session must take a new snapshot for restoring the shell should it die.
-// It is conservative: anything it cannot prove harmless counts as a change.
-// names holds the functions and aliases the shell is known to define, since
-// calling one may change anything.
-func mayChangeState(command string, names map[string]bool) bool {
-	changed, _ := analyze(command, names)
-	return changed
-}
-
 // analyze parses command once and reports whether it may change the
-// shell's state (see mayChangeState) and, when the text ends inside an
+// exported variables (or the function and alias names) of the shell, so
+// the session must take a new snapshot for restoring the shell should it
+// die — conservatively: anything it cannot prove harmless counts as a
+// change, and names holds the functions and aliases the shell is known to
+// define, since calling one may change anything — and, when the text ends inside an
 // unfinished construct (an open quote, $(, (, if, case, ...), the syntax
 // error. Such text is never sent to the shell: bash 5.2's eval mishandles
 // end-of-input inside a construct (the next line fails to parse, and after a

@@ -29,8 +29,8 @@ func TestMayChangeState(t *testing.T) {
 		"if true; then export Q=1; fi": true,
 		"echo $((n++))":                true,
 	} {
-		if got := mayChangeState(cmd, funcs); got != want {
-			t.Errorf("mayChangeState(%q) = %v, want %v", cmd, got, want)
+		if got, _ := analyze(cmd, funcs); got != want {
+			t.Errorf("analyze(%q) changes state = %v, want %v", cmd, got, want)
 		}
 	}
 }
