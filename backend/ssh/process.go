@@ -30,6 +30,12 @@ type process struct {
 	eof    atomic.Bool  // Stdout returned its final error
 	inRead atomic.Bool  // a Stdout Read is blocked on the channel
 	nread  atomic.Int64 // bytes delivered by Stdout
+
+	// wmu serialises writes with the EOF: x/crypto's channel reads its
+	// sent-EOF flag in Write without a lock, so CloseWrite must not run
+	// while a Write is in flight.
+	wmu      sync.Mutex
+	stdinEOF bool // CloseWrite was sent (under wmu)
 }
 
 var _ backend.Process = (*process)(nil)
@@ -172,10 +178,41 @@ func (p *process) Close() error {
 
 type stdinWriter struct{ p *process }
 
-func (w stdinWriter) Write(b []byte) (int, error) { return w.p.ch.Write(b) }
+func (w stdinWriter) Write(b []byte) (int, error) {
+	w.p.wmu.Lock()
+	defer w.p.wmu.Unlock()
+	if w.p.stdinEOF {
+		return 0, fmt.Errorf("ssh backend: write to closed stdin: %w", io.ErrClosedPipe)
+	}
+	return w.p.ch.Write(b)
+}
 
-// Close sends EOF to the remote process's stdin.
-func (w stdinWriter) Close() error { return w.p.ch.CloseWrite() }
+// Close sends EOF to the remote process's stdin. It never waits for a
+// Write in flight (one blocked on a full window would hold it for good):
+// the EOF then follows that write from another goroutine, and closing the
+// channel (Close) is what unblocks the write when the peer stops reading.
+func (w stdinWriter) Close() error {
+	p := w.p
+	if !p.wmu.TryLock() {
+		go func() {
+			p.wmu.Lock()
+			defer p.wmu.Unlock()
+			p.sendEOF()
+		}()
+		return nil
+	}
+	defer p.wmu.Unlock()
+	return p.sendEOF()
+}
+
+// sendEOF sends the stdin EOF once; the caller holds wmu.
+func (p *process) sendEOF() error {
+	if p.stdinEOF {
+		return nil
+	}
+	p.stdinEOF = true
+	return p.ch.CloseWrite()
+}
 
 type stdoutReader struct{ p *process }
 

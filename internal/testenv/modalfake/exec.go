@@ -389,16 +389,22 @@ func (r *router) TaskExecWait(ctx context.Context, req *pb.TaskExecWaitRequest) 
 	if err != nil {
 		return nil, err
 	}
-	r.s.mu.Lock()
-	stall := r.s.stallWait
-	r.s.mu.Unlock()
-	if stall {
-		<-ctx.Done()
-		return nil, status.FromContextError(ctx.Err()).Err()
+	stalled := func() bool {
+		r.s.mu.Lock()
+		defer r.s.mu.Unlock()
+		return r.s.stallWait
 	}
-	select {
-	case <-e.done:
-	case <-ctx.Done():
+	if !stalled() {
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	// Checked again after the exit: a wait already in flight when the
+	// stall was switched on must not answer either.
+	if stalled() {
+		<-ctx.Done()
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	code, sig, _ := e.status()
