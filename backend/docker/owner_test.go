@@ -2,12 +2,12 @@ package docker
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/procmark"
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -20,28 +20,13 @@ func deadOwner(t *testing.T) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	label := ownerOf(cmd.Process.Pid)
+	label := procmark.Of(cmd.Process.Pid)
 	cmd.Process.Kill()
 	cmd.Wait()
 	if label == "" {
 		t.Fatal("no owner label for a live process")
 	}
 	return label
-}
-
-func TestOwnerLabels(t *testing.T) {
-	self := ownerOf(os.Getpid())
-	if self == "" || ownerGone(self) {
-		t.Fatalf("own label %q judged gone", self)
-	}
-	if dead := deadOwner(t); !ownerGone(dead) {
-		t.Fatalf("label of an exited process %q not judged gone", dead)
-	}
-	for _, other := range []string{"", "garbage", "other-boot-id/1/1", bootID() + "/x/1"} {
-		if ownerGone(other) {
-			t.Errorf("ownerGone(%q) = true; owners that cannot be judged must be kept", other)
-		}
-	}
 }
 
 // TestCrashedOwnersContainersCleaned: containers left running by a berth

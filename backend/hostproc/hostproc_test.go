@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/a55dbaac/berth/internal/procmark"
 )
 
 func output(t *testing.T, cmd *exec.Cmd) string {
@@ -82,7 +84,7 @@ func TestReapOrphansSparesLiveOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { owner.Process.Kill(); owner.Wait() })
-	st, _ := startTime(owner.Process.Pid)
+	st, _ := procmark.StartTime(owner.Process.Pid)
 	liveMark := strconv.Itoa(owner.Process.Pid) + "." + st
 	// A gone owner: a process that ran and was reaped.
 	gone := exec.Command("true")

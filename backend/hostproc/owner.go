@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/a55dbaac/berth/internal/procmark"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,7 +27,7 @@ var (
 // Owner returns this process's owner mark value.
 func Owner() string {
 	ownerOnce.Do(func() {
-		st, _ := startTime(os.Getpid())
+		st, _ := procmark.StartTime(os.Getpid())
 		owner = strconv.Itoa(os.Getpid()) + "." + st
 	})
 	return owner
@@ -62,25 +63,6 @@ func closeInherited() {
 			unix.CloseOnExec(fd)
 		}
 	}
-}
-
-// startTime reads a process's start time (clock ticks since boot, field 22
-// of /proc/PID/stat); ok is false when the process does not exist.
-func startTime(pid int) (string, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return "", false
-	}
-	return f[19], true
 }
 
 // guardianScript waits for end of file on stdin (berth is gone: it exited
@@ -215,7 +197,7 @@ func ReapOrphans() ([]int, error) {
 			if pns, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err != nil || pns != ns {
 				continue
 			}
-			if st, ok := startTime(pid); ok && !isZombie(pid) && st != "" {
+			if st, ok := procmark.StartTime(pid); ok && !isZombie(pid) && st != "" {
 				out = append(out, pid)
 			}
 		}
@@ -289,7 +271,7 @@ func ownerAlive(mark string) bool {
 	if !ok || err != nil || pid <= 0 || st == "" {
 		return true
 	}
-	cur, ok := startTime(pid)
+	cur, ok := procmark.StartTime(pid)
 	return ok && cur == st
 }
 

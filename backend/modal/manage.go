@@ -10,8 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/a55dbaac/berth/backend"
 	modal "github.com/modal-labs/libmodal/modal-go"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/internal/procmark"
 )
 
 // envAdmin implements backend.EnvAdmin for berth env ls/rm/prune: the
@@ -176,7 +178,7 @@ func (envAdmin) Prune(ctx context.Context, opts backend.Options, maxAge time.Dur
 	for _, o := range sbs {
 		key := o.tags[TagKey]
 		created, terr := time.Parse(time.RFC3339, o.tags[TagCreated])
-		if !processGone(o.tags[TagProcess]) || terr != nil || now.Sub(created) < maxAge {
+		if !procmark.Gone(o.tags[TagProcess]) || terr != nil || now.Sub(created) < maxAge {
 			running[key] = true
 			continue
 		}
@@ -229,7 +231,7 @@ func (b *Backend) cleanUpOnce(ctx context.Context) {
 		return
 	}
 	for _, o := range sbs {
-		if !processGone(o.tags[TagProcess]) {
+		if !procmark.Gone(o.tags[TagProcess]) {
 			continue
 		}
 		key := o.tags[TagKey]

@@ -14,6 +14,7 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/procmark"
 	"github.com/a55dbaac/berth/internal/randhex"
 	"github.com/a55dbaac/berth/terminal"
 	modal "github.com/modal-labs/libmodal/modal-go"
@@ -349,7 +350,7 @@ func testCrashCleanup(t *testing.T, f *fixture) {
 	orphanOpts := f.options(t, "orphan-"+randhex.String(4), nil)
 	orphan := newBackend(t, orphanOpts)
 	tags := sandboxInfo(t, f.srv, orphan.SandboxID()).Tags
-	tags[TagProcess] = bootID() + "/999999999/1"
+	tags[TagProcess] = procmark.BootID() + "/999999999/1"
 	orphan.mu.Lock()
 	err := orphan.sb.SetTags(ctx, tags)
 	orphan.mu.Unlock()

@@ -3,13 +3,12 @@ package modal
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
+
+	"github.com/a55dbaac/berth/internal/procmark"
 )
 
 // Tags berth puts on its sandboxes, so berth env ls/rm/prune and a later
@@ -56,62 +55,5 @@ func sandboxName(owner, key string) string {
 	return "berth-" + b.String() + "-" + hex.EncodeToString(sum[:6])
 }
 
-var (
-	processOnce sync.Once
-	processSelf string
-)
-
 // currentProcess identifies this berth process ("" when /proc cannot).
-func currentProcess() string {
-	processOnce.Do(func() { processSelf = processOf(os.Getpid()) })
-	return processSelf
-}
-
-func bootID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
-func startTime(pid int) (string, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return "", false
-	}
-	return f[19], true
-}
-
-func processOf(pid int) string {
-	boot := bootID()
-	st, ok := startTime(pid)
-	if boot == "" || !ok {
-		return ""
-	}
-	return boot + "/" + strconv.Itoa(pid) + "/" + st
-}
-
-// processGone reports whether label names a process of this boot of this
-// machine that no longer runs. Anything else is never judged gone.
-func processGone(label string) bool {
-	parts := strings.Split(label, "/")
-	if len(parts) != 3 || parts[0] == "" || parts[0] != bootID() {
-		return false
-	}
-	pid, err := strconv.Atoi(parts[1])
-	if err != nil || pid <= 0 {
-		return false
-	}
-	st, alive := startTime(pid)
-	return !alive || st != parts[2]
-}
+var currentProcess = procmark.Self

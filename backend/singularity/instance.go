@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/a55dbaac/berth/internal/procmark"
 )
 
 // record is what berth keeps about an instance beside its overlay, in
@@ -393,7 +395,7 @@ func cleanOrphans(ctx context.Context, c *cli, scratch, skipName string) (stoppe
 	}
 	var errs []error
 	for _, r := range allRecords(scratch) {
-		if r.Instance == skipName || !ownerGone(r.Owner) {
+		if r.Instance == skipName || !procmark.Gone(r.Owner) {
 			continue
 		}
 		if live[r.Instance] {

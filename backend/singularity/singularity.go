@@ -94,6 +94,7 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backend/hostproc"
+	"github.com/a55dbaac/berth/internal/procmark"
 )
 
 // Name is the backend's registered name.
@@ -193,7 +194,7 @@ func (b *Backend) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	st, _ := startTime(pid)
+	st, _ := procmark.StartTime(pid)
 	b.pid, b.pidStart = pid, st
 	return b.mkdirCwd(ctx)
 }
@@ -281,7 +282,7 @@ func (b *Backend) Recreated() bool {
 // alive reports whether the instance's init still runs (a cheap check on
 // /proc, no Apptainer call).
 func (b *Backend) alive() bool {
-	st, ok := startTime(b.pid)
+	st, ok := procmark.StartTime(b.pid)
 	return ok && st == b.pidStart
 }
 
@@ -312,7 +313,7 @@ func (b *Backend) restartLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("singularity: restart instance %s: %w", b.set.name, err)
 	}
-	st, _ := startTime(pid)
+	st, _ := procmark.StartTime(pid)
 	b.pid, b.pidStart = pid, st
 	b.recreated = true
 	return b.mkdirCwd(ctx)

@@ -62,6 +62,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/a55dbaac/berth/internal/procmark"
 )
 
 // Labels the fake puts on every container and image it creates.
@@ -176,7 +178,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		tokenSecret: opts.TokenSecret,
 		jwtKey:      key,
 		instance:    randomID(8),
-		owner:       ownerOf(osGetpid()),
+		owner:       procmark.Self(),
 		envs:        append([]string(nil), opts.Environments...),
 		log:         log,
 		apps:        map[string]string{},

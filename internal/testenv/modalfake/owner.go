@@ -4,66 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+
+	"github.com/a55dbaac/berth/internal/procmark"
 )
-
-var osGetpid = os.Getpid
-
-// ownerOf returns "<boot id>/<pid>/<start time in clock ticks>" for a live
-// process, "" when /proc cannot tell.
-func ownerOf(pid int) string {
-	boot := bootID()
-	st, ok := startTime(pid)
-	if boot == "" || !ok {
-		return ""
-	}
-	return boot + "/" + strconv.Itoa(pid) + "/" + st
-}
-
-func bootID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
-func startTime(pid int) (string, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return "", false
-	}
-	return f[19], true
-}
-
-// ownerGone reports whether label names a process of this boot that no
-// longer runs; unreadable labels or other boots are never judged gone.
-func ownerGone(label string) bool {
-	parts := strings.Split(label, "/")
-	if len(parts) != 3 || parts[0] == "" || parts[0] != bootID() {
-		return false
-	}
-	pid, err := strconv.Atoi(parts[1])
-	if err != nil || pid <= 0 {
-		return false
-	}
-	st, alive := startTime(pid)
-	return !alive || st != parts[2]
-}
 
 // reapCrashed removes the containers and images of fakes whose process died
 // without closing (a test binary killed by its timeout, say).
@@ -79,7 +25,7 @@ func (s *Server) reapCrashed(ctx context.Context) {
 	done := map[string]bool{}
 	for _, c := range list.Items {
 		inst := c.Labels[LabelInstance]
-		if done[inst] || !ownerGone(c.Labels[LabelOwner]) {
+		if done[inst] || !procmark.Gone(c.Labels[LabelOwner]) {
 			continue
 		}
 		done[inst] = true
@@ -93,7 +39,7 @@ func (s *Server) reapCrashed(ctx context.Context) {
 	}
 	for _, im := range imgs.Items {
 		inst := im.Labels[LabelInstance]
-		if done[inst] || !ownerGone(im.Labels[LabelOwner]) {
+		if done[inst] || !procmark.Gone(im.Labels[LabelOwner]) {
 			continue
 		}
 		done[inst] = true
