@@ -10,12 +10,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/backend"
 	_ "github.com/a55dbaac/berth/backend/local"
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/manager"
+	"github.com/a55dbaac/berth/process"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -398,5 +400,61 @@ func TestApproveWrite(t *testing.T) {
 	d, _ = m.ApproveWrite(approval.WithAsker(context.Background(), a), "k", filepath.Join(home, ".bashrc"))
 	if d == nil || !d.Allowed() || d.Outcome != approval.ApprovedOnce || a.asked() != 1 || a.questions[0].Kind != "write" {
 		t.Errorf("write to ~/.bashrc approved once: %+v asked %d", d, a.asked())
+	}
+}
+
+// Input to a background process is checked like a command: a shell reading
+// its stdin would run it. The process here is cat, so a gate that failed
+// would show the text in the file instead of running it. A command split
+// over several writes is seen whole when its line ends, and ending the
+// input (a shell runs an unfinished last line) is checked too.
+func TestFloorHoldsForInputToProcesses(t *testing.T) {
+	m, _, _ := setup(t, "approvals:\n  mode: off\ncommand_allowlist: [\"*\"]\n", nil)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "got")
+	st := m.Background(ctx, "k", terminal.Request{Command: "cat > " + file, Background: true})
+	if st.Error != nil {
+		t.Fatalf("start: %+v", st)
+	}
+	do := func(action, data string) process.Result {
+		return m.Process(ctx, "k", process.Request{Action: action, SessionID: st.SessionID, Data: data})
+	}
+	blocked := func(what string, r process.Result) {
+		t.Helper()
+		d, _ := r["approval"].(*approval.Decision)
+		if r["status"] != "blocked" || !strings.HasPrefix(fmt.Sprint(r["error"]), "BLOCKED: ") || d == nil || d.By != approval.ByFloor {
+			t.Errorf("%s: %v, want blocked by the floor", what, r)
+		}
+	}
+	for _, cmd := range floorCommands {
+		blocked("submit "+cmd, do("submit", cmd))
+	}
+	if r := do("submit", "echo harmless"); r["status"] != "ok" {
+		t.Fatalf("harmless submit: %v", r)
+	}
+	// Split across writes: each part ends no line and runs nothing.
+	for _, part := range []string{"kill -9", " -1"} {
+		if r := do("write", part); r["status"] != "ok" {
+			t.Fatalf("write %q: %v", part, r)
+		}
+	}
+	blocked("the newline ending it", do("write", "\n"))
+	blocked("a submit ending it", do("submit", ""))
+	blocked("end of input after the unfinished line", do("close", ""))
+	// A line that is harmless whole goes through; once cat has copied it,
+	// all that was sent before it is in the file too.
+	if r := do("submit", "1; echo end"); r["status"] != "ok" {
+		t.Fatalf("harmless end of the line: %v", r)
+	}
+	for i := 0; i < 500; i++ {
+		if got, _ := os.ReadFile(file); strings.Contains(string(got), "echo end") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m.Process(ctx, "k", process.Request{Action: "kill", SessionID: st.SessionID})
+	got, _ := os.ReadFile(file)
+	if want := "echo harmless\nkill -9 -11; echo end\n"; string(got) != want {
+		t.Errorf("what reached the process:\n%q\nwant\n%q", got, want)
 	}
 }

@@ -38,6 +38,7 @@ type Manager struct {
 	log     *slog.Logger
 	procs   *process.Registry
 	gate    *approval.Gate
+	input   inputLines // unfinished lines of input to processes, for the gate
 
 	mu      sync.Mutex
 	envs    map[string]*entry
@@ -130,7 +131,9 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 	c := approval.Context{
 		Backend:   t.Backend,
 		Sandboxed: approval.IsSandboxed(t.Backend, hostMounts),
-		Cwd:       env.Session().Cwd(),
+	}
+	if env != nil {
+		c.Cwd = env.Session().Cwd()
 	}
 	if workdir != "" {
 		c.Cwd = workdir
@@ -337,6 +340,12 @@ func (m *Manager) Background(ctx context.Context, key string, req terminal.Reque
 func (m *Manager) Process(ctx context.Context, key string, req process.Request) process.Result {
 	if key == "" && req.Action != "list" {
 		key = DefaultKey // where Background put it
+	}
+	switch req.Action {
+	case "write", "submit", "close":
+		if res := m.gateInput(ctx, key, req); res != nil {
+			return res
+		}
 	}
 	return m.procs.Do(ctx, key, req)
 }
