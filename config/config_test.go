@@ -134,6 +134,7 @@ terminal:
   env_passthrough: [MY_VAR]
   max_foreground_timeout: 1200
   share_environment: True
+  on_timeout: background
 tool_output:
   max_bytes: 20000
 approvals:
@@ -150,6 +151,7 @@ command_allowlist:
 		DockerForwardEnv: []string{"GITHUB_TOKEN"}, DockerNetwork: false,
 		PersistentShell: false, DaemonTermGraceSeconds: 0.5,
 		EnvPassthrough: []string{"MY_VAR"}, MaxForegroundTimeout: 1200, ShareEnvironment: true,
+		OnTimeout: "background",
 	}
 	mustSet(t, &want, "fake_image", "python:3.12")
 	mustSet(t, &want, "fake_port", 2222)

@@ -190,6 +190,7 @@ var sharedHelp = map[string]string{
 	"env_passthrough":           "secret-looking variables the local backend passes through anyway",
 	"max_foreground_timeout":    "largest timeout a single tool call may ask for, seconds",
 	"share_environment":         "one environment for every MCP session instead of one each",
+	"on_timeout":                "kill: stop a foreground command at its timeout; background: keep it running as a background process",
 	"max_bytes":                 "output size at which a command's output is cut to its head and tail",
 }
 
@@ -251,6 +252,10 @@ func sharedKeys() []*keyInfo {
 			k.check = func(v any) bool { return v.(float64) > 0 }
 		case "daemon_term_grace_seconds":
 			k.rule = full + " must be a number of seconds >= 0, e.g. 2 or 0.5"
+		case "on_timeout":
+			k.rule = full + " is kill (stop a foreground command at its timeout, the default) or background (keep it running as a background process, followed with the process tool)"
+			k.check = func(v any) bool { return v.(string) == "kill" || v.(string) == "background" }
+			k.badWord = "unknown value"
 		}
 		out = append(out, k)
 	}

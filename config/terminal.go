@@ -42,6 +42,7 @@ type Terminal struct {
 	EnvPassthrough         []string `yaml:"env_passthrough"`
 	MaxForegroundTimeout   int      `yaml:"max_foreground_timeout"` // berth: TERMINAL_MAX_FOREGROUND_TIMEOUT, 600
 	ShareEnvironment       bool     `yaml:"share_environment"`      // berth: one environment for every MCP session
+	OnTimeout              string   `yaml:"on_timeout"`             // berth: kill or background, TERMINAL_ON_TIMEOUT
 
 	// values holds the keys declared by backends that were set (file,
 	// environment, flag or Set); an absent key reads as its declared
@@ -70,6 +71,7 @@ func defaultTerminal() Terminal {
 		DaemonTermGraceSeconds: 2,
 		EnvPassthrough:         []string{},
 		MaxForegroundTimeout:   600,
+		OnTimeout:              "kill",
 	}
 }
 

@@ -255,6 +255,7 @@ func (m *Manager) create(ctx context.Context, key string) (env *terminal.Environ
 		SpillDir:       filepath.Join(m.cfg.Home, "spill"),
 		FreshShell:     !t.PersistentShell,
 		Replaces:       m.takeSwept(key),
+		OnTimeout:      t.OnTimeout,
 		Session: session.Options{
 			Cwd:    cwd,
 			Grace:  time.Duration(t.DaemonTermGraceSeconds * float64(time.Second)),
@@ -350,7 +351,11 @@ func (m *Manager) Process(ctx context.Context, key string, req process.Request) 
 	return m.procs.Do(ctx, key, req)
 }
 
-// Run runs a foreground request in key's environment.
+// Run runs a foreground request in key's environment. A command still
+// running at its timeout with on_timeout "background" (the request's, else
+// terminal.on_timeout), or one the process tool's detach action names, is
+// moved to the background: the result says moved_to_background and gives
+// the session_id the process tool follows it with.
 func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) terminal.Result {
 	if err := terminal.Validate(req); err != nil {
 		return terminal.ErrorResult(err)
@@ -368,7 +373,12 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 		res.Approval = d
 		return res
 	}
-	res := env.Run(ctx, req)
+	// The call is registered while it runs: process list shows it, and
+	// process detach (or a command still running at its timeout with
+	// on_timeout background) moves it to the background under its id.
+	fg := m.procs.BeginForeground(key, req.Command, m.approvalContext(env, req.Workdir).Cwd)
+	res := env.RunCall(ctx, req, fg.Call())
+	m.procs.End(fg, env, req.Command, res)
 	res.Approval = d
 	return res
 }

@@ -18,7 +18,7 @@ type Request struct {
 }
 
 // Actions lists the accepted actions.
-var Actions = []string{"list", "poll", "log", "wait", "kill", "write", "submit", "close"}
+var Actions = []string{"list", "poll", "log", "wait", "kill", "write", "submit", "close", "detach"}
 
 // Result is a process tool answer: a JSON object whose fields depend on
 // the action, as the contract lists them.
@@ -48,8 +48,14 @@ func (r *Registry) Do(ctx context.Context, key string, req Request) Result {
 	if req.SessionID == "" {
 		return errResult("error", fmt.Sprintf("action %q needs a session_id (from the background start or from list)", action))
 	}
+	if action == "detach" {
+		return r.detach(ctx, key, req.SessionID)
+	}
 	p, err := r.Find(key, req.SessionID)
 	if err != nil {
+		if f := r.findForeground(key, req.SessionID); f != nil {
+			return errResult("error", fmt.Sprintf("%s is a foreground command still running in a terminal call; use action detach to move it to the background, then %s works on it", f.ID, action))
+		}
 		return errResult("not_found", strings.TrimPrefix(err.Error(), ErrNotFound.Error()+": "))
 	}
 	p.env.Touch()
@@ -84,6 +90,13 @@ func pidValue(pid int) any {
 func (r *Registry) list(key string) Result {
 	now := r.now()
 	items := []map[string]any{}
+	for _, f := range r.foregrounds(key) {
+		items = append(items, map[string]any{
+			"session_id": f.ID, "command": f.shown, "cwd": f.cwd, "pid": nil,
+			"started_at": f.Started.UTC().Format(time.RFC3339), "uptime_seconds": now.Sub(f.Started).Round(time.Millisecond).Seconds(),
+			"status": StatusForeground, "output_preview": "",
+		})
+	}
 	for _, p := range r.List(key) {
 		status, code, up := p.state(now)
 		it := map[string]any{
@@ -181,6 +194,9 @@ func (r *Registry) stdin(p *Proc, action, data string) Result {
 	case <-p.done:
 		return errResult("error", fmt.Sprintf("process %s has exited; it reads no more input", p.ID))
 	default:
+	}
+	if p.foreground {
+		return errResult("error", fmt.Sprintf("process %s was a foreground command moved to the background; it reads no input (its stdin was /dev/null or the call's stdin_data)", p.ID))
 	}
 	p.mu.Lock()
 	closed := p.stdinEOF

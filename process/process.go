@@ -65,6 +65,10 @@ type Proc struct {
 	// commandInList characters.
 	shown string
 
+	// foreground says the process was a foreground command moved to the
+	// background: it reads no input.
+	foreground bool
+
 	mu       sync.Mutex
 	exited   bool
 	code     int
@@ -82,6 +86,8 @@ type Registry struct {
 	// started is work in progress, so the idle sweep must spare its
 	// environment before the process is tracked.
 	startingIn map[string]int
+	// fg holds the foreground terminal calls in progress, by id.
+	fg map[string]*Foreground
 	// MaxWait clamps wait timeouts (terminal.timeout).
 	MaxWait time.Duration
 	now     func() time.Time

@@ -91,6 +91,13 @@ type Request struct {
 	Workdir string
 	// Stdin is the command's standard input. Nil means /dev/null.
 	Stdin []byte
+	// BackgroundOnTimeout, when set, does not stop a command that is still
+	// running at its timeout: it is handed off (see Handoff) and Run
+	// returns at once with Result.Handoff set.
+	BackgroundOnTimeout bool
+	// Detach, when it is closed while the command runs, hands the command
+	// off the same way, whatever its timeout.
+	Detach <-chan struct{}
 }
 
 // Result is what became of a command.
@@ -108,6 +115,13 @@ type Result struct {
 	// fatal signal); the next command gets a fresh shell with state
 	// restored.
 	ShellExited bool
+	// Handoff is set when the command was still running at its timeout
+	// with Request.BackgroundOnTimeout, or when Request.Detach was closed:
+	// the command goes on in the shell it started in, which now belongs to
+	// the Handoff; ExitCode is then -1 (not known yet). The session is free
+	// at once: the next command gets a fresh shell with the working
+	// directory and exported variables of before this command.
+	Handoff *Handoff
 }
 
 // Session is a persistent shell in one environment. Commands run one at a
@@ -129,9 +143,10 @@ type Session struct {
 	starts  int
 	closed  bool
 
-	jobsMu sync.Mutex
-	jobs   map[int]identity // background processes started by StartDetached
-	order  []int            // jobs, oldest first (the map is bounded)
+	jobsMu   sync.Mutex
+	jobs     map[int]identity // background processes started by StartDetached
+	order    []int            // jobs, oldest first (the map is bounded)
+	handoffs []*Handoff       // commands handed off; Close stops what is left of them
 }
 
 // identity tells a process berth started from one that reused its pid.
@@ -239,6 +254,15 @@ func (s *Session) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	s.stopShell()
+	s.jobsMu.Lock()
+	hs := s.handoffs
+	s.handoffs = nil
+	s.jobsMu.Unlock()
+	for _, h := range hs {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Grace+10*time.Second)
+		h.Kill(ctx)
+		cancel()
+	}
 	return nil
 }
 
@@ -445,7 +469,7 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 		}
 		n := nonce()
 		line := commandLine(sh.bash, n, req.Workdir, stdinArg, redir, req.Command, snap, cleanup)
-		res, err, ran := s.runOnce(ctx, sh, n, snap, line, timeout, out)
+		res, err, ran := s.runOnce(ctx, sh, n, snap, line, timeout, req, out)
 		if ran || attempt > 0 {
 			if !ran && err == nil {
 				err = fmt.Errorf("%w on %s: it ended twice before reading the command (the command did not run; the next command starts a new shell with cwd and exported variables restored)", ErrShellLost, s.be.Name())
@@ -460,7 +484,7 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 // runOnce sends one command line to sh and follows it to its frame. ran is
 // false when the shell ended without acknowledging the command (it never
 // read it): the caller may send it again to a new shell.
-func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, timeout <-chan time.Time, out io.Writer) (res Result, err error, ran bool) {
+func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, timeout <-chan time.Time, req Request, out io.Writer) (res Result, err error, ran bool) {
 	if len(sh.rest) > 0 {
 		out.Write(sh.rest)
 		sh.rest = nil
@@ -475,20 +499,48 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 
 	ack, fr := newFramer(n, 1), newFramer(n, 3)
 	acked, framed := false, false
-	// feed passes output on until the acknowledgement, then until the
+	// feed passes output on (to out, and to the Handoff's output once the
+	// command is handed off) until the acknowledgement, then until the
 	// frame; it reports whether the frame is complete.
+	dst := out
 	feed := func(b []byte) bool {
 		if !acked {
-			if !ack.feed(b, out) {
+			if !ack.feed(b, dst) {
 				return false
 			}
 			acked = true
 			b = ack.rest
 		}
-		if fr.feed(b, out) {
+		if fr.feed(b, dst) {
 			framed = true
 		}
 		return framed
+	}
+	// handoff gives the running command and its shell to a Handoff, which
+	// follows it to its end from here on.
+	var chunks <-chan []byte
+	handoff := func() Result {
+		h := s.handoff(sh)
+		dst = h.pw
+		flush := func() {
+			if !acked {
+				ack.flush(dst)
+			} else {
+				fr.flush(dst)
+			}
+		}
+		go h.follow(chunks, feed, flush, func() (int, bool) {
+			if !framed {
+				return 0, false
+			}
+			code, _ := strconv.Atoi(fr.got[0])
+			return code, true
+		})
+		return Result{ExitCode: -1, Cwd: s.cwd, Handoff: h}
+	}
+	var bgTimeout <-chan time.Time
+	if req.BackgroundOnTimeout {
+		timeout, bgTimeout = nil, timeout
 	}
 	finish := func() Result {
 		code, _ := strconv.Atoi(fr.got[0])
@@ -499,7 +551,7 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 		sh.rest = fr.rest
 		return Result{ExitCode: code, Cwd: s.cwd}
 	}
-	chunks := sh.chunks
+	chunks = sh.chunks
 	for {
 		select {
 		case chunk, ok := <-chunks:
@@ -540,6 +592,12 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 		case <-timeout:
 			s.stop(sh, feed)
 			return Result{ExitCode: 124, Cwd: s.cwd, TimedOut: true}, nil, true
+		case <-bgTimeout:
+			res := handoff()
+			res.TimedOut = true
+			return res, nil, true
+		case <-req.Detach:
+			return handoff(), nil, true
 		case <-ctx.Done():
 			s.stop(sh, feed)
 			return Result{ExitCode: 130, Cwd: s.cwd, Interrupted: true}, nil, true

@@ -6,8 +6,10 @@ package terminal
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"strings"
 	"sync"
@@ -27,6 +29,30 @@ type Request struct {
 	Workdir    string  `json:"workdir,omitempty"`
 	PTY        bool    `json:"pty,omitempty"`
 	StdinData  *string `json:"stdin_data,omitempty"`
+	// OnTimeout says what becomes of a foreground command still running
+	// at its timeout: OnTimeoutKill (the default when the environment's
+	// Options.OnTimeout is empty too) stops it and everything it started;
+	// OnTimeoutBackground keeps it running as a tracked background process
+	// (see Moved). "" means the environment's setting (terminal.on_timeout).
+	OnTimeout string `json:"on_timeout,omitempty"`
+}
+
+// The values of on_timeout (Request.OnTimeout, terminal.on_timeout).
+const (
+	OnTimeoutKill       = "kill"
+	OnTimeoutBackground = "background"
+)
+
+// CheckOnTimeout accepts "" and the values of on_timeout, and otherwise
+// returns an error naming the bad value and the accepted ones. name is
+// the field or key that held it ("on_timeout", "terminal.on_timeout").
+func CheckOnTimeout(name, v string) error {
+	switch v {
+	case "", OnTimeoutKill, OnTimeoutBackground:
+		return nil
+	}
+	return fmt.Errorf("%s %q: use %q (stop the command at its timeout, the default) or %q (keep it running as a background process followed with the process tool)",
+		name, v, OnTimeoutKill, OnTimeoutBackground)
 }
 
 // Result is a foreground terminal result. Output, ExitCode and Error are
@@ -46,12 +72,68 @@ type Result struct {
 	// command did not run, Error holds the decision's "BLOCKED: ..."
 	// message and Err is an *approval.BlockedError.
 	Approval *approval.Decision `json:"approval,omitempty"`
+	// MovedToBackground says the command was still running when the call
+	// returned (its timeout with on_timeout "background", or a detach): it
+	// goes on as the background process SessionID (pid PID, the pid of the
+	// shell running it), followed with the process tool. Output holds what
+	// it printed until then, followed by a note saying so; ExitCode is -1
+	// here and null in JSON, since the command has not ended.
+	MovedToBackground bool   `json:"moved_to_background,omitempty"`
+	SessionID         string `json:"session_id,omitempty"`
+	PID               int    `json:"pid,omitempty"`
+	// Moved is what the process registry needs to track a command that was
+	// moved to the background (set with MovedToBackground); the caller of
+	// Environment.RunCall must adopt it. It is not part of the JSON
+	// contract.
+	Moved *Moved `json:"-"`
 	// Err is the Go error behind Error, for callers that tell errors apart
 	// with errors.Is and errors.As (a *backend.UnreachableError,
 	// session.ErrShellLost); it is not part of the JSON contract.
 	Err error `json:"-"`
 }
 
+// MarshalJSON encodes the result with the contract's field names; the
+// exit_code of a command moved to the background is null.
+func (r Result) MarshalJSON() ([]byte, error) {
+	type plain Result
+	if !r.MovedToBackground {
+		return json.Marshal(plain(r))
+	}
+	return json.Marshal(struct {
+		plain
+		ExitCode *int `json:"exit_code"`
+	}{plain: plain(r)})
+}
+
+// Moved is a foreground command moved to the background while it ran.
+type Moved struct {
+	// Handoff follows the command; its Output carries what the command
+	// prints from the move on.
+	Handoff *session.Handoff
+	// Before is the raw output the command printed before the move (its
+	// last MovedBeforeBytes bytes), for the background process's log.
+	Before []byte
+	// Cwd is the directory the command runs in.
+	Cwd string
+	// TimedOut says the move came from the timeout (else from a detach).
+	TimedOut bool
+}
+
+// MovedBeforeBytes bounds the output before a move that is kept for the
+// background process's log (its buffer keeps 200,000 characters).
+const MovedBeforeBytes = 800 << 10
+
+// Call is what a caller adds to a foreground request beyond its fields.
+type Call struct {
+	// ID names the call while it runs and, when the command is moved to
+	// the background, the background process it becomes (the process
+	// tool's session_id). Moving is only possible when it is set.
+	ID string
+	// Detach, when closed while the command runs, moves it to the
+	// background at once (the process tool's detach action, an MCP cancel
+	// asking for it).
+	Detach <-chan struct{}
+}
 // Markers appended to output, exactly as the reference prints them.
 const (
 	timeoutMarker   = "\n[Command timed out after %ds]"
@@ -75,6 +157,9 @@ type Options struct {
 	// cleaned up (an idle sweep): its shell state is gone, and the first
 	// result says environment_recreated.
 	Replaces bool
+	// OnTimeout is the on_timeout of requests that give none
+	// (terminal.on_timeout): "" or OnTimeoutKill, or OnTimeoutBackground.
+	OnTimeout string
 }
 
 // Environment is one environment: a backend, its persistent session, and the tool
@@ -170,14 +255,36 @@ func Validate(req Request) error {
 	if req.Workdir != "" && !path.IsAbs(req.Workdir) && req.Workdir != "~" && !strings.HasPrefix(req.Workdir, "~/") {
 		return fmt.Errorf("workdir %q: must be an absolute path (or ~ or ~/...)", req.Workdir)
 	}
-	return nil
+	return CheckOnTimeout("on_timeout", req.OnTimeout)
 }
 
 // Run executes a foreground request. Cancelling ctx interrupts the command
 // (exit 130 with the interrupt marker); the request's timeout stops it with
 // exit 124 and the timeout marker. Either way the command's whole process
-// tree inside the environment is killed and the session stays usable.
+// tree inside the environment is killed and the session stays usable. A
+// command is never moved to the background by Run (on_timeout
+// "background" acts like "kill"): that takes RunCall and a process
+// registry to adopt it.
 func (e *Environment) Run(ctx context.Context, req Request) Result {
+	return e.RunCall(ctx, req, Call{})
+}
+
+// Marker notes appended to the output of a command moved to the
+// background.
+const (
+	movedTimeoutNote = "\n[Command still running after %ds: moved to the background as session_id %s; follow it with the process tool (poll, log, wait, kill)]"
+	movedDetachNote  = "\n[Command moved to the background on request as session_id %s; follow it with the process tool (poll, log, wait, kill)]"
+)
+
+// RunCall is Run for a call that may be moved to the background: when
+// call.ID is set, a command still running at its timeout with on_timeout
+// "background", or when call.Detach is closed, is not stopped; the result
+// says moved_to_background with call.ID as session_id, carries the output
+// so far and a note, and Moved, which the caller must hand to its process
+// registry (process.Registry.Adopt). The session is free at once: the
+// next command runs in a fresh shell with the cwd and exported variables
+// of before the moved command.
+func (e *Environment) RunCall(ctx context.Context, req Request, call Call) Result {
 	if err := Validate(req); err != nil {
 		return ErrorResult(err)
 	}
@@ -207,7 +314,19 @@ func (e *Environment) Run(ctx context.Context, req Request) Result {
 	if req.StdinData != nil {
 		sreq.Stdin = []byte(*req.StdinData)
 	}
-	res, err := e.sess.Run(ctx, sreq, capture)
+	var sink io.Writer = capture
+	var tail *tailBuffer
+	if call.ID != "" {
+		onTimeout := req.OnTimeout
+		if onTimeout == "" {
+			onTimeout = e.opts.OnTimeout
+		}
+		sreq.BackgroundOnTimeout = onTimeout == OnTimeoutBackground
+		sreq.Detach = call.Detach
+		tail = &tailBuffer{max: MovedBeforeBytes}
+		sink = io.MultiWriter(capture, tail)
+	}
+	res, err := e.sess.Run(ctx, sreq, sink)
 	if e.opts.FreshShell {
 		defer e.sess.Reset()
 	}
@@ -217,6 +336,10 @@ func (e *Environment) Run(ctx context.Context, req Request) Result {
 	}
 	marker := ""
 	switch {
+	case res.Handoff != nil && res.TimedOut:
+		marker = fmt.Sprintf(movedTimeoutNote, int(timeout.Round(time.Second)/time.Second), call.ID)
+	case res.Handoff != nil:
+		marker = fmt.Sprintf(movedDetachNote, call.ID)
 	case res.TimedOut:
 		marker = fmt.Sprintf(timeoutMarker, int(timeout.Round(time.Second)/time.Second))
 	case res.Interrupted:
@@ -227,6 +350,15 @@ func (e *Environment) Run(ctx context.Context, req Request) Result {
 		Output:          out.Output,
 		ExitCode:        res.ExitCode,
 		ExitCodeMeaning: ExitCodeMeaning(req.Command, res.ExitCode),
+	}
+	if h := res.Handoff; h != nil {
+		cwd := req.Workdir
+		if cwd == "" {
+			cwd = before
+		}
+		r.ExitCode, r.ExitCodeMeaning = -1, ""
+		r.MovedToBackground, r.SessionID, r.PID = true, call.ID, h.PID
+		r.Moved = &Moved{Handoff: h, Before: tail.bytes(), Cwd: cwd, TimedOut: res.TimedOut}
 	}
 	if out.Truncated {
 		r.OutputTotalChars = out.TotalChars
@@ -261,4 +393,25 @@ func (e *Environment) Close(ctx context.Context) error {
 		err = errors.Join(err, berr)
 	}
 	return err
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max+t.max/4 {
+		t.buf = t.buf[:copy(t.buf, t.buf[len(t.buf)-t.max:])]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) bytes() []byte {
+	if len(t.buf) > t.max {
+		return t.buf[len(t.buf)-t.max:]
+	}
+	return t.buf
 }
