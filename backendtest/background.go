@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -32,6 +33,8 @@ func (s *Suite) backgroundTests() []namedTest {
 		{"LongForegroundTimeoutGoesBackground", s.testForegroundPromotion},
 		{"ConcurrentFirstCallsMakeOneEnvironment", s.testConcurrentFirstCalls},
 		{"IdleEnvironmentSwept", s.testIdleSweep},
+		{"OnTimeoutBackground", s.testOnTimeoutBackground},
+		{"DetachForeground", s.testDetachForeground},
 	}
 }
 
@@ -336,4 +339,135 @@ func (s *Suite) testIdleSweep(t *testing.T) {
 	}
 	do(m, busy.SessionID, "kill")
 	m.Run(ctx, "shelljob", terminal.Request{Command: "kill %1"})
+}
+
+// procAlive is a command printing 1 while pid is a live (not zombie)
+// process, else 0.
+func procAlive(pid int) string {
+	return fmt.Sprintf(`if IFS= read -r l 2>/dev/null </proc/%d/stat; then l=${l##*) }; case $l in Z*) echo 0;; *) echo 1;; esac; else echo 0; fi`, pid)
+}
+
+func (s *Suite) testOnTimeoutBackground(t *testing.T) {
+	m, _ := s.mgr(t, 0)
+	dir := fmt.Sprintf("%s/berth-ot-%d", s.opts.Scratch, time.Now().UnixNano())
+	fg := m.Run(context.Background(), "k", terminal.Request{Command: "mkdir -p " + dir + " && cd " + dir + " && export OT_VAR='a b'"})
+	if fg.Error != nil || fg.ExitCode != 0 {
+		t.Fatalf("setup: %+v", fg)
+	}
+	defer m.Run(context.Background(), "k", terminal.Request{Command: "rm -rf " + dir})
+
+	res := m.Terminal(context.Background(), "k", terminal.Request{Command: "echo start; sleep 2; echo end; exit 3", Timeout: 1, OnTimeout: terminal.OnTimeoutBackground})
+	r := res.Foreground
+	if r == nil || r.Error != nil {
+		t.Fatalf("terminal: %#v", res)
+	}
+	if !r.MovedToBackground || !idPattern.MatchString(r.SessionID) || r.PID <= 0 {
+		t.Fatalf("result does not say where the command went: %+v", r)
+	}
+	if !strings.HasPrefix(r.Output, "start\n[Command still running after 1s: moved to the background as session_id "+r.SessionID) {
+		t.Fatalf("output %q: want the output so far and the note", r.Output)
+	}
+	b, err := json.Marshal(r)
+	if err != nil || !strings.Contains(string(b), `"exit_code":null`) || !strings.Contains(string(b), `"session_id":"`+r.SessionID+`"`) {
+		t.Fatalf("JSON %s (%v): want exit_code null and the session_id", b, err)
+	}
+
+	// The session answers at once, in a fresh shell with the state of
+	// before, while the moved command still runs.
+	now := m.Run(context.Background(), "k", terminal.Request{Command: `echo "$OT_VAR"; pwd`})
+	if now.Error != nil || now.Output != "a b\n"+dir || now.ExitCode != 0 {
+		t.Fatalf("next command: %+v", now)
+	}
+	if p := do(m, r.SessionID, "poll"); p["status"] != process.Running {
+		t.Fatalf("the moved command is not running while the next one answered: %v", p)
+	}
+	if l := m.Process(context.Background(), "k", process.Request{Action: "list"}); !strings.Contains(fmt.Sprint(l), r.SessionID) {
+		t.Fatalf("list does not show %s: %v", r.SessionID, l)
+	}
+
+	w := m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 30})
+	if w["status"] != process.Exited || w["exit_code"] != 3 {
+		t.Fatalf("wait: %v", w)
+	}
+	if l := do(m, r.SessionID, "log"); l["output"] != "start\nend" {
+		t.Fatalf("log: %v, want start and end", l)
+	}
+	// Nothing of it is left: the shell that ran it was reaped.
+	if a := m.Run(context.Background(), "k", terminal.Request{Command: procAlive(r.PID)}); a.Output != "0" {
+		t.Fatalf("the moved command's shell %d is still alive: %+v", r.PID, a)
+	}
+	if a := m.Run(context.Background(), "k", terminal.Request{Command: "echo $OT_VAR"}); a.Output != "a b" {
+		t.Fatalf("session state after the moved command ended: %+v", a)
+	}
+
+	// kill stops a moved command and its whole tree.
+	res = m.Terminal(context.Background(), "k", terminal.Request{Command: "sh -c 'sleep 1012" + runTag + "' & sleep 1012" + runTag, Timeout: 1, OnTimeout: terminal.OnTimeoutBackground})
+	if r = res.Foreground; r == nil || !r.MovedToBackground {
+		t.Fatalf("second move: %#v", res)
+	}
+	if k := do(m, r.SessionID, "kill"); k["status"] != "killed" {
+		t.Fatalf("kill: %v", k)
+	}
+	if c := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("sleep 1012" + runTag)}); c.Output != "0" {
+		t.Fatalf("%s processes of the killed command still running", c.Output)
+	}
+	if w := do(m, r.SessionID, "poll"); w["status"] != process.Exited {
+		t.Fatalf("poll after kill: %v", w)
+	}
+
+	// The default stays kill.
+	r = m.Terminal(context.Background(), "k", terminal.Request{Command: "sleep 1013" + runTag, Timeout: 1}).Foreground
+	if r == nil || r.MovedToBackground || r.ExitCode != 124 {
+		t.Fatalf("on_timeout default: %+v", r)
+	}
+}
+
+func (s *Suite) testDetachForeground(t *testing.T) {
+	m, _ := s.mgr(t, 0)
+	got := make(chan terminal.Result, 1)
+	go func() {
+		got <- m.Run(context.Background(), "k", terminal.Request{Command: "echo one; sleep 1014" + runTag + "; echo two", Timeout: 50})
+	}()
+	// The running call is listed as a foreground command.
+	var id string
+	for deadline := time.Now().Add(20 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		items, _ := m.Process(context.Background(), "k", process.Request{Action: "list"})["processes"].([]map[string]any)
+		for _, it := range items {
+			if it["status"] == process.StatusForeground {
+				id, _ = it["session_id"].(string)
+			}
+		}
+	}
+	if id == "" {
+		t.Fatal("the running foreground call is not in process list")
+	}
+	if p := do(m, id, "poll"); p["error"] == nil || !strings.Contains(fmt.Sprint(p["error"]), "detach") {
+		t.Fatalf("poll of a foreground command: %v, want an error pointing to detach", p)
+	}
+	d := do(m, id, "detach")
+	if d["status"] != "detached" || d["session_id"] != id {
+		t.Fatalf("detach: %v", d)
+	}
+	r := <-got
+	if !r.MovedToBackground || r.SessionID != id || !strings.HasPrefix(r.Output, "one\n[Command moved to the background on request") {
+		t.Fatalf("the detached call's result: %+v", r)
+	}
+	if fg := m.Run(context.Background(), "k", terminal.Request{Command: "echo free"}); fg.Output != "free" {
+		t.Fatalf("session after detach: %+v", fg)
+	}
+	if p := do(m, id, "poll"); p["status"] != process.Running || !strings.Contains(fmt.Sprint(p["output_preview"]), "one") {
+		t.Fatalf("poll of the detached command: %v", p)
+	}
+	if w := do(m, id, "write"); w["error"] == nil {
+		t.Fatalf("write to a detached foreground command accepted: %v", w)
+	}
+	if k := do(m, id, "kill"); k["status"] != "killed" {
+		t.Fatalf("kill: %v", k)
+	}
+	if c := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("sleep 1014" + runTag)}); c.Output != "0" {
+		t.Fatalf("%s processes of the detached command still running after kill", c.Output)
+	}
+	if d := do(m, id, "detach"); d["error"] == nil {
+		t.Fatalf("detach of a background process: %v", d)
+	}
 }
