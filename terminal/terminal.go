@@ -134,6 +134,7 @@ type Call struct {
 	// asking for it).
 	Detach <-chan struct{}
 }
+
 // Markers appended to output, exactly as the reference prints them.
 const (
 	timeoutMarker   = "\n[Command timed out after %ds]"
