@@ -377,6 +377,17 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 	// process detach (or a command still running at its timeout with
 	// on_timeout background) moves it to the background under its id.
 	fg := m.procs.BeginForeground(key, req.Command, m.approvalContext(env, req.Workdir).Cwd)
+	if ch := process.DetachFrom(ctx); ch != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-ch:
+				fg.Detach()
+			case <-stop:
+			}
+		}()
+	}
 	res := env.RunCall(ctx, req, fg.Call())
 	m.procs.End(fg, env, req.Command, res)
 	res.Approval = d

@@ -72,6 +72,10 @@ type server struct {
 	mu      sync.Mutex
 	watched map[string]bool // per-session keys whose end is watched
 
+	dmu      sync.Mutex
+	detaches map[*mcp.ServerSession][]time.Time // cancels asking for a detach, not yet matched to a call
+	dsignal  chan struct{}                        // closed and replaced when one arrives
+
 	elicit *Elicitor // asks the user about commands that need approval
 }
 
@@ -106,7 +110,8 @@ func New(m *manager.Manager, opts Options) *Server {
 		parent = context.Background()
 	}
 	base, stop := context.WithCancel(parent)
-	s := &server{m: m, opts: opts, log: log, base: base, stop: stop, watched: map[string]bool{}, elicit: NewElicitor()}
+	s := &server{m: m, opts: opts, log: log, base: base, stop: stop, watched: map[string]bool{}, elicit: NewElicitor(),
+		detaches: map[*mcp.ServerSession][]time.Time{}, dsignal: make(chan struct{})}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "berth", Title: "berth: terminal and files for agents", Version: opts.Version},
 		&mcp.ServerOptions{Instructions: instructions, Logger: log})
 	srv.AddReceivingMiddleware(s.guard)
@@ -261,11 +266,22 @@ var errShutdown = errors.New("berth is shutting down")
 // a JSON-RPC internal error, and the server goes on.
 func (s *server) guard(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		if method == notificationCancelled {
+			s.noteCancel(req)
+		}
 		if method == "tools/call" {
 			s.calls.add()
 			defer s.calls.done()
 			var cancel context.CancelCauseFunc
-			ctx, cancel = context.WithCancelCause(ctx)
+			if ctr, ok := req.(*mcp.CallToolRequest); ok && ctr.Params != nil && ctr.Params.Name == "terminal" {
+				// A client's cancel may ask for the command to go to the
+				// background (DetachReason) instead of being interrupted.
+				var stopWatch func() bool
+				ctx, cancel, stopWatch = s.detachable(ctx, ctr.Session)
+				defer stopWatch()
+			} else {
+				ctx, cancel = context.WithCancelCause(ctx)
+			}
 			stop := context.AfterFunc(s.base, func() { cancel(errShutdown) })
 			defer func() {
 				stop()
@@ -290,6 +306,90 @@ func (s *server) guard(next mcp.MethodHandler) mcp.MethodHandler {
 		}()
 		return next(ctx, method, req)
 	}
+}
+
+// DetachReason is the reason of an MCP cancel (notifications/cancelled)
+// that moves the cancelled terminal call's command to the background
+// instead of interrupting it: the command goes on as a background process
+// followed with the process tool, and the call is answered with
+// moved_to_background and its session_id (a client that drops answers to
+// cancelled calls finds it with process list).
+const DetachReason = "background"
+
+const notificationCancelled = "notifications/cancelled"
+
+// detachWindow is how long a cancelled terminal call waits for the cancel
+// notification's reason: the SDK cancels the call's context and hands the
+// notification to the middleware concurrently, so either may come first.
+// A cancel without the reason interrupts the command that much later.
+const detachWindow = 250 * time.Millisecond
+
+// noteCancel records a cancel notification whose reason asks for a detach.
+func (s *server) noteCancel(req mcp.Request) {
+	p, ok := req.GetParams().(*mcp.CancelledParams)
+	ss, _ := req.GetSession().(*mcp.ServerSession)
+	if !ok || p == nil || ss == nil || !strings.EqualFold(strings.TrimSpace(p.Reason), DetachReason) {
+		return
+	}
+	s.dmu.Lock()
+	now := time.Now()
+	kept := s.detaches[ss][:0]
+	for _, at := range s.detaches[ss] {
+		if now.Sub(at) < 2*detachWindow {
+			kept = append(kept, at)
+		}
+	}
+	s.detaches[ss] = append(kept, now)
+	close(s.dsignal)
+	s.dsignal = make(chan struct{})
+	s.dmu.Unlock()
+}
+
+// takeDetach consumes a recent detach cancel of ss, waiting up to
+// detachWindow for one to arrive.
+func (s *server) takeDetach(ss *mcp.ServerSession) bool {
+	deadline := time.NewTimer(detachWindow)
+	defer deadline.Stop()
+	for {
+		s.dmu.Lock()
+		now := time.Now()
+		for i, at := range s.detaches[ss] {
+			if now.Sub(at) < 2*detachWindow {
+				s.detaches[ss] = append(s.detaches[ss][:i], s.detaches[ss][i+1:]...)
+				if len(s.detaches[ss]) == 0 {
+					delete(s.detaches, ss)
+				}
+				s.dmu.Unlock()
+				return true
+			}
+		}
+		sig := s.dsignal
+		s.dmu.Unlock()
+		select {
+		case <-sig:
+		case <-deadline.C:
+			return false
+		}
+	}
+}
+
+// detachable returns the context of a terminal call: it is not cancelled
+// by the client's cancel at once; a cancel whose notification gives
+// DetachReason closes the call's detach channel (see process.WithDetach)
+// instead, any other cancels the context with the original cause. The
+// returned stop ends the watch.
+func (s *server) detachable(ctx context.Context, ss *mcp.ServerSession) (context.Context, context.CancelCauseFunc, func() bool) {
+	inner, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	detach := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		cause := context.Cause(ctx)
+		if errors.Is(cause, context.Canceled) && ss != nil && s.takeDetach(ss) {
+			close(detach)
+			return
+		}
+		cancel(cause)
+	})
+	return process.WithDetach(inner, detach), cancel, stop
 }
 
 // toolErrorResult is a complete tool result carrying only an error, as the
@@ -537,6 +637,7 @@ type terminalArgs struct {
 	Timeout    int    `json:"timeout,omitempty" jsonschema:"Seconds (>= 1) before the command and everything it started are killed; the output then ends with [Command timed out after Ns] and exit_code is 124. Default: the configured terminal.timeout (180)."`
 	Workdir    string `json:"workdir,omitempty" jsonschema:"Absolute directory (or ~/...) to run this one command in; the session's own working directory does not move."`
 	PTY        bool   `json:"pty,omitempty" jsonschema:"Give a background process a pseudo-terminal (for programs that need a TTY). Default false."`
+	OnTimeout  string `json:"on_timeout,omitempty" jsonschema:"What happens to a command still running at its timeout: kill (stop it and everything it started, exit_code 124) or background (keep it running as a background process: the result has the output so far, exit_code null, moved_to_background true and the session_id to follow it with the process tool). Default: the configured terminal.on_timeout (kill)."`
 }
 
 type readArgs struct {
@@ -578,7 +679,7 @@ The shell persists between calls: cd, exported variables, functions and activate
 
 stdout and stderr are merged; output over 50,000 characters keeps its start and end, and the full text is saved to the file named in full_output_path. Stdin is empty: commands that would prompt get EOF, so pass non-interactive flags (-y, --yes). Pagers are disabled.
 
-A command is killed (with everything it started) after timeout seconds: exit_code 124 and "[Command timed out after Ns]". Servers, watchers and long builds should run with background=true and be followed with the process tool (poll, log, wait, kill) instead of blocking here.
+A command is killed (with everything it started) after timeout seconds: exit_code 124 and "[Command timed out after Ns]". Servers, watchers and long builds should run with background=true and be followed with the process tool (poll, log, wait, kill) instead of blocking here. When a command may take longer than you guess (a build, a test suite), pass on_timeout="background": at the timeout it keeps running as a background process, and the result carries the output so far, exit_code null, moved_to_background true and its session_id for the process tool; the shell is free at once, with its cwd and exported variables. A running command can also be moved there on demand: process action detach with the session_id that process list shows for it (status "foreground"), or an MCP cancel of the call with reason "background".
 
 For files prefer read_file, write_file, patch and search_files over cat, sed, echo > and grep: they are exact, atomic and paginated.`
 
@@ -622,7 +723,7 @@ func (s *server) terminal(ctx context.Context, req *mcp.CallToolRequest, in term
 	// in the result and the client calls again with the answer.
 	ctx, ask := s.elicit.Context(ctx, req)
 	res := s.m.Terminal(ctx, s.key(req), terminal.Request{
-		Command: in.Command, Background: in.Background, Timeout: in.Timeout, Workdir: in.Workdir, PTY: in.PTY,
+		Command: in.Command, Background: in.Background, Timeout: in.Timeout, Workdir: in.Workdir, PTY: in.PTY, OnTimeout: in.OnTimeout,
 	})
 	if p := ask.Pending(); p != nil {
 		return p, nil, nil
@@ -631,7 +732,7 @@ func (s *server) terminal(ctx context.Context, req *mcp.CallToolRequest, in term
 }
 
 type processArgs struct {
-	Action    string `json:"action" jsonschema:"One of list, poll, log, wait, kill, write, submit, close."`
+	Action    string `json:"action" jsonschema:"One of list, poll, log, wait, kill, write, submit, close, detach."`
 	SessionID string `json:"session_id,omitempty" jsonschema:"The process's id (proc_ + 12 hex, from the background start or list); a unique prefix of 4 or more characters works. Needed by every action but list."`
 	Data      string `json:"data,omitempty" jsonschema:"write: bytes to send to the process's stdin as is. submit: a line to send (a newline is added)."`
 	Timeout   int    `json:"timeout,omitempty" jsonschema:"wait: seconds to wait for the process to exit, at most terminal.timeout. On timeout the result says status timeout and process_running true."`
@@ -639,7 +740,7 @@ type processArgs struct {
 	Limit     *int   `json:"limit,omitempty" jsonschema:"log: number of lines to return. Default 200."`
 }
 
-const processDesc = `Follow and control processes started with terminal(background=true).
+const processDesc = `Follow and control processes started with terminal(background=true), or moved there from the foreground.
 
 - list: every process with session_id, command, cwd, pid, started_at, uptime_seconds, status (running or exited), output_preview and exit_code once exited.
 - poll: status, pid, uptime and the last 1000 characters of output of one process. Cheap; use it to check on a server or build.
@@ -647,6 +748,9 @@ const processDesc = `Follow and control processes started with terminal(backgrou
 - wait: block until the process exits (returns at once when it does) or timeout seconds pass; on timeout status is "timeout" and process_running is true, which is not an error.
 - kill: stop the process and everything it started (TERM, then KILL after a grace period).
 - write / submit / close: send raw data, a line, or end-of-input to the process's stdin (for interactive programs; start them with pty=true when they need a terminal).
+- detach: move a foreground command that a terminal call is still running (list shows it with status "foreground" and its session_id) to the background: the terminal call returns at once with the output so far and moved_to_background, and the process keeps the same session_id. A command moved from the foreground reads no input.
+
+A terminal call with on_timeout="background" whose command outlives its timeout is moved the same way.
 
 Output is cleaned like terminal output. Unknown ids answer status "not_found".`
 

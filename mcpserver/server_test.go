@@ -170,7 +170,7 @@ func TestToolsListed(t *testing.T) {
 		t.Fatalf("tools %s", got)
 	}
 	want := map[string]string{
-		"terminal":     "background,command,pty,timeout,workdir",
+		"terminal":     "background,command,on_timeout,pty,timeout,workdir",
 		"read_file":    "limit,offset,path",
 		"write_file":   "content,path",
 		"patch":        "new_string,old_string,path,replace_all",
