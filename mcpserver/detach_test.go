@@ -125,7 +125,7 @@ func TestCancelWithReasonDetaches(t *testing.T) {
 	r.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"reason":"background"}}`)
 	res := r.reply(3)
 	if res["moved_to_background"] != true || res["session_id"] != id || res["exit_code"] != nil ||
-		!strings.HasPrefix(fmt.Sprint(res["output"]), "begun\n[Command moved to the background on request as session_id "+id) {
+		!strings.HasSuffix(fmt.Sprint(res["output"]), "[Command moved to the background on request as session_id "+id+"; follow it with the process tool (poll, log, wait, kill)]") {
 		t.Fatalf("the cancelled call's answer: %v", res)
 	}
 	r.tool(4, "terminal", map[string]any{"command": "echo $DV; pwd"})

@@ -25,6 +25,12 @@
 // dies (exit, exec, set -e, kill -9 $$, a timeout) is replaced on the next
 // command with its working directory and exported variables restored.
 //
+// A command can also be handed off instead of stopped (Request.
+// BackgroundOnTimeout, Request.Detach): it goes on in its shell, which then
+// belongs to a Handoff with the session's mark of the moment, and the
+// session takes a fresh mark and, on the next command, a fresh shell with
+// the working directory and exported variables restored.
+//
 // What the kill cannot guarantee: a process that clears its environment
 // (env -i, a setuid program, sudo) and also leaves the shell's process
 // group and tree is out of reach of the mark; so is one running as another
