@@ -103,7 +103,7 @@ func (r *stdioRig) foregroundID(id int) string {
 	r.t.Helper()
 	for i := 0; i < 200; i++ {
 		r.tool(id+i, "process", map[string]any{"action": "list"})
-		items, _ := r.reply(float64(id+i))["processes"].([]any)
+		items, _ := r.reply(float64(id + i))["processes"].([]any)
 		for _, it := range items {
 			m, _ := it.(map[string]any)
 			if m["status"] == "foreground" {

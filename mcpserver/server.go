@@ -74,7 +74,7 @@ type server struct {
 
 	dmu      sync.Mutex
 	detaches map[*mcp.ServerSession][]time.Time // cancels asking for a detach, not yet matched to a call
-	dsignal  chan struct{}                        // closed and replaced when one arrives
+	dsignal  chan struct{}                      // closed and replaced when one arrives
 
 	elicit *Elicitor // asks the user about commands that need approval
 }
