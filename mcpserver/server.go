@@ -333,13 +333,21 @@ func (s *server) noteCancel(req mcp.Request) {
 	}
 	s.dmu.Lock()
 	now := time.Now()
-	kept := s.detaches[ss][:0]
-	for _, at := range s.detaches[ss] {
-		if now.Sub(at) < 2*detachWindow {
-			kept = append(kept, at)
+	// Forget cancels no call took (in any session), so nothing piles up.
+	for o, ats := range s.detaches {
+		kept := ats[:0]
+		for _, at := range ats {
+			if now.Sub(at) < 2*detachWindow {
+				kept = append(kept, at)
+			}
+		}
+		if len(kept) == 0 {
+			delete(s.detaches, o)
+		} else {
+			s.detaches[o] = kept
 		}
 	}
-	s.detaches[ss] = append(kept, now)
+	s.detaches[ss] = append(s.detaches[ss], now)
 	close(s.dsignal)
 	s.dsignal = make(chan struct{})
 	s.dmu.Unlock()
