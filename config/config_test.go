@@ -135,6 +135,7 @@ terminal:
   max_foreground_timeout: 1200
   share_environment: True
   on_timeout: background
+  daemon: false
 tool_output:
   max_bytes: 20000
 approvals:

@@ -191,6 +191,7 @@ var sharedHelp = map[string]string{
 	"max_foreground_timeout":    "largest timeout a single tool call may ask for, seconds",
 	"share_environment":         "one environment for every MCP session instead of one each",
 	"on_timeout":                "kill: stop a foreground command at its timeout; background: keep it running as a background process",
+	"daemon":                    "berth exec and berth shell keep environments warm in a background berth (false: one process per call)",
 	"max_bytes":                 "output size at which a command's output is cut to its head and tail",
 }
 

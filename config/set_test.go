@@ -339,6 +339,7 @@ func TestSetRoundTrip(t *testing.T) {
 		"terminal.max_foreground_timeout":    "1",
 		"terminal.share_environment":         "true",
 		"terminal.on_timeout":                "background",
+		"terminal.daemon":                    "false",
 		"terminal.fake_image":                "multi\nline:'quoted'",
 		"terminal.fake_port":                 "2200",
 		"terminal.fake_ratio":                "0",

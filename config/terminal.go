@@ -43,6 +43,7 @@ type Terminal struct {
 	MaxForegroundTimeout   int      `yaml:"max_foreground_timeout"` // berth: TERMINAL_MAX_FOREGROUND_TIMEOUT, 600
 	ShareEnvironment       bool     `yaml:"share_environment"`      // berth: one environment for every MCP session
 	OnTimeout              string   `yaml:"on_timeout"`             // berth: kill or background, TERMINAL_ON_TIMEOUT
+	Daemon                 bool     `yaml:"daemon"`                 // berth: exec and shell run through a background berth
 
 	// values holds the keys declared by backends that were set (file,
 	// environment, flag or Set); an absent key reads as its declared
@@ -72,6 +73,7 @@ func defaultTerminal() Terminal {
 		EnvPassthrough:         []string{},
 		MaxForegroundTimeout:   600,
 		OnTimeout:              "kill",
+		Daemon:                 true,
 	}
 }
 

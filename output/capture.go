@@ -21,6 +21,7 @@ package output
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -49,6 +50,12 @@ type Options struct {
 	// fit. 0 (or less) = DefaultSpillDirMaxBytes.
 	SpillDirMaxBytes int64
 	NoRedact         bool // disable secret redaction (on by default)
+	// Tap, when set, receives the processed text (cleaned and redacted,
+	// trailing whitespace held back as for Output) as it is committed,
+	// before truncation: a live view of the whole output for a caller
+	// that streams it. Its errors are ignored; a slow Tap slows the
+	// command's reader, as a slow terminal does.
+	Tap io.Writer
 }
 
 // Capture is an io.Writer fed with the raw byte stream of one command. Its
@@ -135,6 +142,9 @@ func (c *Capture) Write(p []byte) (int, error) {
 func (c *Capture) commit(b []byte) {
 	if len(b) == 0 {
 		return
+	}
+	if c.opts.Tap != nil {
+		_, _ = c.opts.Tap.Write(b)
 	}
 	n := runeCount(b)
 	if !c.over {

@@ -310,7 +310,7 @@ func (e *Environment) RunCall(ctx context.Context, req Request, call Call) Resul
 		return ErrorResult(err)
 	}
 	before := e.sess.Cwd()
-	capture := output.NewCapture(output.Options{MaxChars: e.opts.MaxOutputChars, SpillDir: e.opts.SpillDir})
+	capture := output.NewCapture(output.Options{MaxChars: e.opts.MaxOutputChars, SpillDir: e.opts.SpillDir, Tap: output.TapFrom(ctx)})
 	sreq := session.Request{Command: req.Command, Timeout: timeout, Workdir: req.Workdir}
 	if req.StdinData != nil {
 		sreq.Stdin = []byte(*req.StdinData)
