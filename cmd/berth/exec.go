@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/a55dbaac/berth/approval"
-	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -41,40 +41,47 @@ message starting "BLOCKED:" that says how to allow it.`,
 			if err != nil {
 				return err
 			}
-			req := terminal.Request{Command: strings.Join(args, " "), Timeout: c.timeout, Workdir: c.workdir}
 			var res terminal.Result
-			err = withManager(cmd.Context(), cfg, func(ctx context.Context, m *manager.Manager) error {
+			err = withRunner(cmd.Context(), cfg, &c, func(ctx context.Context, r runner) error {
 				if isTerminal(os.Stdin) && isTerminal(os.Stderr) {
-					ctx = approval.WithAsker(ctx, approval.NewPromptAsker(os.Stdin, os.Stderr))
+					r.setAsker(approval.NewPromptAsker(os.Stdin, os.Stderr))
 				}
-				res = m.Run(ctx, c.task, req)
-				return nil
+				var out io.Writer
+				if !c.jsonOut {
+					out = os.Stdout
+				}
+				res, err = r.run(ctx, strings.Join(args, " "), out)
+				return err
 			})
 			if err != nil {
 				return err
 			}
-			return printResult(res, c.jsonOut)
+			return resultStatus(res, c.jsonOut)
 		},
 	}
 	c.addRunFlags(cmd)
+	c.addDaemonFlag(cmd)
 	return cmd
+}
+
+// addDaemonFlag adds --no-daemon.
+func (c *common) addDaemonFlag(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&c.noDaemon, "no-daemon", false, "run in this process instead of the background berth that keeps environments warm (also BERTH_NO_DAEMON=1, terminal.daemon: false)")
 }
 
 // blockedStatus is berth's exit status for a command its approval check
 // refused to run (the shell's "cannot execute").
 const blockedStatus = 126
 
-// printResult prints a foreground result and turns its status into berth's
-// exit status.
-func printResult(res terminal.Result, asJSON bool) error {
+// resultStatus prints the JSON of a foreground result (the output itself
+// was printed as it came) and turns its status into berth's exit status.
+func resultStatus(res terminal.Result, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(res); err != nil {
 			return err
 		}
-	} else if res.Output != "" {
-		fmt.Println(res.Output)
 	}
 	if res.Approval != nil && !res.Approval.Allowed() {
 		if !asJSON {

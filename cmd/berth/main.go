@@ -43,6 +43,7 @@ type common struct {
 	workdir    string
 	jsonOut    bool
 	verbose    bool
+	noDaemon   bool
 }
 
 func (c *common) addConfigFlag(cmd *cobra.Command) {
@@ -141,7 +142,7 @@ overridden by TERMINAL_* variables and then by flags.`,
 		},
 	}
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log diagnostics to stderr")
-	root.AddCommand(newExecCmd(), newShellCmd(), newDoctorCmd(), newConfigCmd(), newBenchCmd(), newEnvCmd(), newMCPCmd(), newServeCmd(), newPsCmd())
+	root.AddCommand(newExecCmd(), newShellCmd(), newDoctorCmd(), newConfigCmd(), newBenchCmd(), newEnvCmd(), newMCPCmd(), newServeCmd(), newPsCmd(), newDaemonCmd())
 	return root
 }
 

@@ -2,20 +2,17 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/a55dbaac/berth/approval"
-	"github.com/a55dbaac/berth/manager"
-	"github.com/a55dbaac/berth/process"
-	"github.com/a55dbaac/berth/terminal"
 )
 
 func newShellCmd() *cobra.Command {
@@ -49,16 +46,19 @@ IDs may be any unique prefix of 4 or more characters.`,
 				return err
 			}
 			interactive := isTerminal(os.Stdin)
-			return withManager(cmd.Context(), cfg, func(ctx context.Context, m *manager.Manager) error {
-				m.StartSweeper(ctx)
-				if interactive {
-					return interactiveShell(ctx, m, &c)
+			return withRunner(cmd.Context(), cfg, &c, func(ctx context.Context, r runner) error {
+				if lr, ok := r.(*localRunner); ok {
+					lr.m.StartSweeper(ctx)
 				}
-				return batchShell(ctx, m, &c, os.Stdin, os.Stdout)
+				if interactive {
+					return interactiveShell(ctx, r, &c)
+				}
+				return batchShell(ctx, r, &c, os.Stdin, os.Stdout)
 			})
 		},
 	}
 	c.addRunFlags(cmd)
+	c.addDaemonFlag(cmd)
 	return cmd
 }
 
@@ -85,7 +85,7 @@ func readLines(in io.Reader) (<-chan string, <-chan error) {
 }
 
 // batchShell runs one command per input line in one session.
-func batchShell(ctx context.Context, m *manager.Manager, c *common, in io.Reader, out io.Writer) error {
+func batchShell(ctx context.Context, r runner, c *common, in io.Reader, out io.Writer) error {
 	lines, errc := readLines(in)
 	enc := json.NewEncoder(out)
 	enc.SetEscapeHTML(false)
@@ -104,24 +104,30 @@ func batchShell(ctx context.Context, m *manager.Manager, c *common, in io.Reader
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		if meta, ok := metaCommand(ctx, m, c, line); ok {
+		meta, ok, err := r.meta(ctx, line)
+		if err != nil {
+			return err
+		}
+		if ok {
 			if err := printMeta(out, meta, c.jsonOut); err != nil {
 				return err
 			}
 			continue
 		}
-		res := m.Run(ctx, c.task, terminal.Request{Command: line, Timeout: c.timeout, Workdir: c.workdir})
+		var text io.Writer
+		if !c.jsonOut {
+			text = out
+		}
+		res, err := r.run(ctx, line, text)
+		if err != nil {
+			return err
+		}
 		if c.jsonOut {
 			if err := enc.Encode(res); err != nil {
 				return err
 			}
-		} else {
-			if res.Output != "" {
-				fmt.Fprintln(out, res.Output)
-			}
-			if res.Error != nil {
-				fmt.Fprintln(os.Stderr, "berth:", *res.Error)
-			}
+		} else if res.Error != nil {
+			fmt.Fprintln(os.Stderr, "berth:", *res.Error)
 		}
 		last = res.ExitCode
 		switch {
@@ -145,22 +151,25 @@ func batchShell(ctx context.Context, m *manager.Manager, c *common, in io.Reader
 
 // interactiveShell is a prompt loop. Ctrl-C interrupts the running command
 // instead of ending berth; Ctrl-D, SIGTERM or SIGHUP end the session.
-func interactiveShell(parent context.Context, m *manager.Manager, c *common) error {
-	cfg := m.Config()
-	env, err := m.Env(parent, c.task)
+func interactiveShell(parent context.Context, r runner, c *common) error {
+	be, _, err := r.where(parent)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "berth %s (task %s). Ctrl-D to leave.\n", cfg.Terminal.Backend, c.task)
+	fmt.Fprintf(os.Stderr, "berth %s (task %s). Ctrl-D to leave.\n", be, c.task)
 	interruptsClaimed.Store(true)
 	defer interruptsClaimed.Store(false)
 	lines, _ := readLines(os.Stdin)
 	// A command that needs approval asks on this terminal, reading the
 	// same lines as the prompt (never both at once: the loop waits for the
 	// command while the question is open).
-	parent = approval.WithAsker(parent, approval.NewLinePromptAsker(lines, os.Stderr))
+	r.setAsker(approval.NewLinePromptAsker(lines, os.Stderr))
 	for {
-		fmt.Fprintf(os.Stderr, "berth %s:%s$ ", cfg.Terminal.Backend, env.Session().Cwd())
+		be, cwd, err := r.where(parent)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "berth %s:%s$ ", be, cwd)
 		var line string
 		var ok bool
 		select {
@@ -179,7 +188,11 @@ func interactiveShell(parent context.Context, m *manager.Manager, c *common) err
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		if meta, ok := metaCommand(parent, m, c, line); ok {
+		meta, ok, err := r.meta(parent, line)
+		if err != nil {
+			return err
+		}
+		if ok {
 			printMeta(os.Stdout, meta, false)
 			continue
 		}
@@ -192,11 +205,11 @@ func interactiveShell(parent context.Context, m *manager.Manager, c *common) err
 			case <-done:
 			}
 		}()
-		res := m.Run(ctx, c.task, terminal.Request{Command: line, Timeout: c.timeout, Workdir: c.workdir})
+		res, err := r.run(ctx, line, os.Stdout)
 		close(done)
 		cancel()
-		if res.Output != "" {
-			fmt.Println(res.Output)
+		if err != nil {
+			return err
 		}
 		if res.Error != nil {
 			fmt.Fprintln(os.Stderr, "berth:", *res.Error)
@@ -213,37 +226,17 @@ func interactiveShell(parent context.Context, m *manager.Manager, c *common) err
 	}
 }
 
-// metaCommand runs a ":verb ..." line against the process tool. It reports
-// false for lines that are ordinary shell commands.
-func metaCommand(ctx context.Context, m *manager.Manager, c *common, line string) (any, bool) {
-	if !strings.HasPrefix(line, ":") {
-		return nil, false
+// printMeta prints a process-tool answer: one JSON line, or indented.
+func printMeta(out io.Writer, v json.RawMessage, asJSON bool) error {
+	var buf bytes.Buffer
+	if asJSON {
+		if err := json.Compact(&buf, v); err != nil {
+			return err
+		}
+	} else if err := json.Indent(&buf, v, "", "  "); err != nil {
+		return err
 	}
-	verb, rest, _ := strings.Cut(strings.TrimSpace(line[1:]), " ")
-	rest = strings.TrimSpace(rest)
-	switch verb {
-	case "bg", "bgpty":
-		return m.Background(ctx, c.task, terminal.Request{Command: rest, Workdir: c.workdir, PTY: verb == "bgpty"}), true
-	case "ps":
-		return m.Process(ctx, c.task, process.Request{Action: "list"}), true
-	case "poll", "log", "kill", "close":
-		return m.Process(ctx, c.task, process.Request{Action: verb, SessionID: rest}), true
-	case "wait":
-		id, secs, _ := strings.Cut(rest, " ")
-		n, _ := strconv.Atoi(strings.TrimSpace(secs))
-		return m.Process(ctx, c.task, process.Request{Action: "wait", SessionID: id, Timeout: n}), true
-	case "write", "submit":
-		id, data, _ := strings.Cut(rest, " ")
-		return m.Process(ctx, c.task, process.Request{Action: verb, SessionID: id, Data: data}), true
-	}
-	return nil, false
-}
-
-func printMeta(out io.Writer, v any, asJSON bool) error {
-	enc := json.NewEncoder(out)
-	enc.SetEscapeHTML(false)
-	if !asJSON {
-		enc.SetIndent("", "  ")
-	}
-	return enc.Encode(v)
+	buf.WriteByte('\n')
+	_, err := out.Write(buf.Bytes())
+	return err
 }

@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/a55dbaac/berth/approval"
+	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/daemon"
+	"github.com/a55dbaac/berth/manager"
+	"github.com/a55dbaac/berth/terminal"
+)
+
+// noDaemonEnv set to anything but "", "0" or "false" keeps berth exec and
+// berth shell in one process, like --no-daemon.
+const noDaemonEnv = "BERTH_NO_DAEMON"
+
+func newDaemonCmd() *cobra.Command {
+	var configPath string
+	root := &cobra.Command{
+		Use:   "daemon",
+		Short: "Show or stop the background berth that keeps environments warm",
+		Long: `berth exec and berth shell run through a background berth (one per berth home)
+that holds their environments, so a later call finds the shell, its cwd and
+exported variables, and the container or ssh connection of the earlier one
+(like OpenSSH's ControlPersist). The first call starts it; it listens on
+$BERTH_HOME/daemon/berth.sock (directory 0700, socket 0600, the peer's uid
+checked on every connection) and logs to $BERTH_HOME/daemon/berth.log. It
+exits after terminal.lifetime_seconds with no environment left and no
+connection open (an environment is kept while a command or a background
+process runs in it), closing everything as a one-process berth does at exit.
+
+--no-daemon, terminal.daemon: false or BERTH_NO_DAEMON=1 run each call in
+one process instead.`,
+		Example: `  berth daemon status
+  berth daemon status --json
+  berth daemon stop`,
+	}
+	root.PersistentFlags().StringVar(&configPath, "config", "", "config file (default $BERTH_CONFIG, else $BERTH_HOME/config.yaml)")
+
+	var asJSON bool
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show the daemon: pid, socket, uptime and the environments it holds",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			home, err := config.HomeDir(nil)
+			if err != nil {
+				return err
+			}
+			cl, err := daemon.Dial(cmd.Context(), daemon.DialOptions{Home: home, NoStart: true})
+			if errors.Is(err, daemon.ErrNotRunning) {
+				if asJSON {
+					fmt.Println(`{"running":false}`)
+				} else {
+					fmt.Printf("no berth daemon running for %s\n", home)
+				}
+				return exitError{3}
+			}
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			r, err := cl.Do(daemon.Request{Op: daemon.OpStatus})
+			if err != nil {
+				return err
+			}
+			st := r.Status
+			if asJSON {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetEscapeHTML(false)
+				return enc.Encode(struct {
+					Running bool `json:"running"`
+					*daemon.Status
+				}{true, st})
+			}
+			fmt.Printf("berth daemon pid %d, up %s, socket %s\n", st.PID, st.Uptime.Round(time.Second), st.Socket)
+			fmt.Printf("exits after %s with no environment and no connection\n", st.Lifetime)
+			if len(st.Environments) == 0 {
+				fmt.Println("no environments")
+				return nil
+			}
+			fmt.Printf("%-20s %-12s %-6s %5s %10s  %s\n", "TASK", "BACKEND", "BUSY", "BG", "IDLE", "CWD")
+			for _, e := range st.Environments {
+				fmt.Printf("%-20s %-12s %-6v %5d %10s  %s\n", e.Key, e.Backend, e.Busy, e.Processes, time.Since(e.LastUsed).Round(time.Second), e.Cwd)
+			}
+			return nil
+		},
+	}
+	status.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	root.AddCommand(status)
+
+	root.AddCommand(&cobra.Command{
+		Use:   "stop",
+		Short: "Stop the daemon, closing its environments (running commands are interrupted)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			home, err := config.HomeDir(nil)
+			if err != nil {
+				return err
+			}
+			cl, err := daemon.Dial(cmd.Context(), daemon.DialOptions{Home: home, NoStart: true})
+			if errors.Is(err, daemon.ErrNotRunning) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			_, err = cl.Do(daemon.Request{Op: daemon.OpStop})
+			return err
+		},
+	})
+
+	root.AddCommand(&cobra.Command{
+		Use:    "serve",
+		Short:  "Run the daemon in the foreground (berth exec starts it by itself)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := config.Load(config.LoadOptions{ConfigPath: configPath})
+			if err != nil {
+				return err
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			slog.SetDefault(log)
+			err = daemon.Serve(cmd.Context(), daemon.ServeOptions{
+				Home:     cfg.Home,
+				Lifetime: time.Duration(cfg.Terminal.LifetimeSeconds) * time.Second,
+				Logger:   log,
+			})
+			if errors.Is(err, daemon.ErrRunning) {
+				log.Info("daemon: another one serves this home; leaving")
+				return nil
+			}
+			return err
+		},
+	})
+	return root
+}
+
+// useDaemon reports whether exec and shell go through the daemon.
+func useDaemon(cfg *config.Config, noDaemon bool) bool {
+	if noDaemon || !cfg.Terminal.Daemon {
+		return false
+	}
+	switch strings.ToLower(strings.TrimSpace(os.Getenv(noDaemonEnv))) {
+	case "", "0", "false", "no", "off":
+		return true
+	}
+	return false
+}
+
+// inputs are the caller's configuration inputs, for the daemon. The
+// timeout is not among them: it travels with each command.
+func (c *common) inputs() (daemon.Inputs, error) {
+	in := daemon.Inputs{Env: os.Environ(), Flags: map[string]string{}}
+	if c.backend != "" {
+		in.Flags["backend"] = c.backend
+	}
+	if c.configPath != "" {
+		p, err := filepath.Abs(c.configPath)
+		if err != nil {
+			return in, fmt.Errorf("--config %s: %w", c.configPath, err)
+		}
+		in.ConfigPath = p
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return in, fmt.Errorf("working directory: %w", err)
+	}
+	in.Cwd = wd
+	return in, nil
+}
+
+// runner runs the commands of berth exec and berth shell, in this process
+// or through the daemon.
+type runner interface {
+	// run runs line. With out set, the output is printed there as berth
+	// exec prints it (streamed as it comes through the daemon).
+	run(ctx context.Context, line string, out io.Writer) (terminal.Result, error)
+	// meta answers a ":verb ..." line; false for an ordinary command.
+	meta(ctx context.Context, line string) (json.RawMessage, bool, error)
+	// where returns the backend and the shell's cwd.
+	where(ctx context.Context) (backend, cwd string, err error)
+	// setAsker sets who answers approval questions (nil: nobody).
+	setAsker(a approval.Asker)
+}
+
+// withRunner runs fn with a runner: through the daemon unless the caller
+// or the configuration says otherwise (or the socket path cannot work).
+func withRunner(ctx context.Context, cfg *config.Config, c *common, fn func(ctx context.Context, r runner) error) error {
+	if useDaemon(cfg, c.noDaemon) {
+		in, err := c.inputs()
+		if err != nil {
+			return err
+		}
+		cl, err := daemon.Dial(ctx, daemon.DialOptions{Home: cfg.Home, Args: []string{"daemon", "serve"}})
+		switch {
+		case errors.Is(err, daemon.ErrPathTooLong):
+			slog.Warn("running without the daemon", "err", err)
+		case err != nil:
+			return fmt.Errorf("%w (or run with --no-daemon)", err)
+		default:
+			defer cl.Close()
+			return fn(ctx, &daemonRunner{cl: cl, c: c, in: in})
+		}
+	}
+	return withManager(ctx, cfg, func(ctx context.Context, m *manager.Manager) error {
+		return fn(ctx, &localRunner{m: m, c: c})
+	})
+}
+
+// localRunner runs in this process.
+type localRunner struct {
+	m     *manager.Manager
+	c     *common
+	asker approval.Asker
+}
+
+func (r *localRunner) setAsker(a approval.Asker) { r.asker = a }
+
+func (r *localRunner) run(ctx context.Context, line string, out io.Writer) (terminal.Result, error) {
+	if r.asker != nil {
+		ctx = approval.WithAsker(ctx, r.asker)
+	}
+	res := r.m.Run(ctx, r.c.task, terminal.Request{Command: line, Timeout: r.c.timeout, Workdir: r.c.workdir})
+	if out != nil && res.Output != "" {
+		fmt.Fprintln(out, res.Output)
+	}
+	return res, nil
+}
+
+func (r *localRunner) meta(ctx context.Context, line string) (json.RawMessage, bool, error) {
+	v, ok := daemon.Meta(ctx, r.m, r.c.task, r.c.workdir, line)
+	if !ok {
+		return nil, false, nil
+	}
+	b, err := daemon.MarshalJSON(v)
+	return b, true, err
+}
+
+func (r *localRunner) where(ctx context.Context) (string, string, error) {
+	env, err := r.m.Env(ctx, r.c.task)
+	if err != nil {
+		return "", "", err
+	}
+	return r.m.Config().Terminal.Backend, env.Session().Cwd(), nil
+}
+
+// daemonRunner runs through the daemon.
+type daemonRunner struct {
+	cl    *daemon.Client
+	c     *common
+	in    daemon.Inputs
+	asker approval.Asker
+
+	backend, cwd string
+}
+
+func (r *daemonRunner) setAsker(a approval.Asker) { r.asker = a }
+
+func (r *daemonRunner) request(op string) daemon.Request {
+	return daemon.Request{Op: op, Inputs: r.in, Key: r.c.task, Timeout: r.c.timeout, Workdir: r.c.workdir, CanAsk: r.asker != nil}
+}
+
+// notes prints the daemon's notes and remembers where the shell is.
+func (r *daemonRunner) notes(rep *daemon.Reply) {
+	for _, n := range rep.Notes {
+		fmt.Fprintln(os.Stderr, "berth:", n)
+	}
+	if rep.Backend != "" {
+		r.backend = rep.Backend
+	}
+	if rep.Cwd != "" {
+		r.cwd = rep.Cwd
+	}
+}
+
+func (r *daemonRunner) run(ctx context.Context, line string, out io.Writer) (terminal.Result, error) {
+	req := r.request(daemon.OpRun)
+	req.Command = line
+	var cw *countWriter
+	opts := daemon.RunOptions{Asker: r.asker}
+	if out != nil {
+		req.Stream = true
+		cw = &countWriter{w: out}
+		opts.Stdout = cw
+	}
+	rep, err := r.cl.Run(ctx, req, opts)
+	if err != nil {
+		return terminal.Result{}, err
+	}
+	r.notes(rep)
+	var res terminal.Result
+	if err := json.Unmarshal(rep.Result, &res); err != nil {
+		return terminal.Result{}, fmt.Errorf("daemon: decode result: %w", err)
+	}
+	if cw != nil {
+		io.WriteString(out, rep.Tail)
+		if cw.n > 0 || rep.Tail != "" {
+			io.WriteString(out, "\n")
+		}
+	}
+	return res, nil
+}
+
+func (r *daemonRunner) meta(ctx context.Context, line string) (json.RawMessage, bool, error) {
+	if !strings.HasPrefix(line, ":") {
+		return nil, false, nil
+	}
+	req := r.request(daemon.OpMeta)
+	req.Line = line
+	rep, err := r.cl.Run(ctx, req, daemon.RunOptions{})
+	var re *daemon.ReplyError
+	if errors.As(err, &re) && strings.Contains(re.Msg, "is not a process-tool line") {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, true, err
+	}
+	r.notes(rep)
+	return rep.Result, true, nil
+}
+
+func (r *daemonRunner) where(ctx context.Context) (string, string, error) {
+	rep, err := r.cl.Run(ctx, r.request(daemon.OpEnv), daemon.RunOptions{})
+	if err != nil {
+		return "", "", err
+	}
+	r.notes(rep)
+	return r.backend, r.cwd, nil
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

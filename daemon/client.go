@@ -1,0 +1,301 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/a55dbaac/berth/approval"
+)
+
+// ErrNotRunning says no daemon serves the home (DialOptions.NoStart).
+var ErrNotRunning = errors.New("no berth daemon is running for this home")
+
+// DialOptions configure Dial.
+type DialOptions struct {
+	// Home is the berth home whose daemon to reach.
+	Home string
+	// NoStart reports ErrNotRunning instead of starting a daemon.
+	NoStart bool
+	// Exe and Args start a daemon (the berth binary and its hidden
+	// `daemon serve` subcommand). Exe "" means this executable.
+	Exe  string
+	Args []string
+	// Env is the new daemon's environment; nil means this process's.
+	Env []string
+	// StartTimeout bounds the wait for a new daemon; 0 means 30 s.
+	StartTimeout time.Duration
+}
+
+// Client is one connection to a daemon. It is not safe for concurrent
+// use: requests go one at a time.
+type Client struct {
+	nc net.Conn
+	c  *conn
+	// Started reports that this Dial started the daemon.
+	Started bool
+}
+
+// Dial connects to the daemon of the home, starting one if none runs: a
+// socket nobody answers (a daemon that crashed or was killed) is replaced.
+// Concurrent callers end up with one daemon: the start happens under a
+// lock file, and whoever gets the lock second finds the first one's daemon.
+func Dial(ctx context.Context, opts DialOptions) (*Client, error) {
+	paths, err := PathsFor(opts.Home)
+	if err != nil {
+		return nil, err
+	}
+	if c, err := connect(paths.Socket); err == nil || !isNotListening(err) {
+		return c, err
+	}
+	if opts.NoStart {
+		return nil, ErrNotRunning
+	}
+	if err := privateDir(paths.Dir); err != nil {
+		return nil, err
+	}
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	unlock, err := flockWait(ctx, paths.Lock)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if c, err := connect(paths.Socket); err == nil || !isNotListening(err) {
+		return c, err
+	}
+	return start(ctx, paths, opts)
+}
+
+// connect dials the socket.
+func connect(path string) (*Client, error) {
+	nc, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{nc: nc, c: newConn(nc)}, nil
+}
+
+// isNotListening reports a socket that is missing or that nobody accepts
+// on: no daemon.
+func isNotListening(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// flockWait takes the exclusive lock on path, waiting until ctx ends.
+func flockWait(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: open %s: %w", path, err)
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("daemon: lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("daemon: another berth is starting the daemon and has not finished (lock %s): %w", path, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// start launches a detached daemon (a new session, stdio on the log file,
+// no other descriptor, working directory /) and waits until it accepts.
+func start(ctx context.Context, paths Paths, opts DialOptions) (*Client, error) {
+	exe := opts.Exe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("daemon: find the berth executable: %w", err)
+		}
+	}
+	if fi, err := os.Stat(paths.Log); err == nil && fi.Size() > 1<<20 {
+		_ = os.Rename(paths.Log, paths.Log+".old")
+	}
+	logf, err := os.OpenFile(paths.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: open log %s: %w", paths.Log, err)
+	}
+	off, _ := logf.Seek(0, io.SeekEnd)
+	cmd := exec.Command(exe, opts.Args...)
+	cmd.Dir = "/"
+	cmd.Env = opts.Env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("daemon: start %s: %w", exe, err)
+	}
+	logf.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for {
+		c, err := connect(paths.Socket)
+		if err == nil {
+			c.Started = true
+			return c, nil
+		}
+		if !isNotListening(err) {
+			return nil, err
+		}
+		select {
+		case werr := <-exited:
+			// Another daemon may have won a race we could not see (one
+			// started by hand): it holds the pid lock and answers.
+			if c, err := connect(paths.Socket); err == nil {
+				return c, nil
+			}
+			return nil, fmt.Errorf("daemon: berth daemon exited at start (%v): %s", werr, logTail(paths.Log, off))
+		case <-ctx.Done():
+			_ = cmd.Process.Kill()
+			return nil, fmt.Errorf("daemon: no answer on %s from the new daemon: %w; its log: %s", paths.Socket, ctx.Err(), logTail(paths.Log, off))
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// logTail returns the log written since off, shortened.
+func logTail(path string, off int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < off {
+		return "(no log)"
+	}
+	b = bytes.TrimSpace(b[off:])
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	if len(b) == 0 {
+		return "(empty)"
+	}
+	return string(b)
+}
+
+// Close ends the connection.
+func (c *Client) Close() error { return c.nc.Close() }
+
+// Do sends a request that needs no streaming (status, stop, meta, env)
+// and returns its reply. A reply with Error set is returned as an error.
+func (c *Client) Do(req Request) (*Reply, error) {
+	return c.Run(context.Background(), req, RunOptions{})
+}
+
+// RunOptions are the caller's side of a run.
+type RunOptions struct {
+	// Stdout receives the output as it comes (when the request streams).
+	Stdout io.Writer
+	// Asker answers approval questions; nil answers that nobody can be
+	// asked.
+	Asker approval.Asker
+}
+
+// Run sends req and relays its frames until the result: output to
+// opts.Stdout, approval questions to opts.Asker. The end of ctx interrupts
+// the command (the daemon answers with exit status 130).
+func (c *Client) Run(ctx context.Context, req Request, opts RunOptions) (*Reply, error) {
+	req.Version = ProtocolVersion
+	if err := c.c.send(Frame{T: FrameRequest, Req: &req}); err != nil {
+		return nil, err
+	}
+	frames := make(chan Frame, 16)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(frames)
+		for {
+			f, err := c.c.recv()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			frames <- f
+			if f.T == FrameResult {
+				return
+			}
+		}
+	}()
+	done := ctx.Done()
+	for {
+		select {
+		case f, ok := <-frames:
+			if !ok {
+				err := <-readErr
+				if errors.Is(err, io.EOF) {
+					err = errors.New("the berth daemon closed the connection before answering (see " + "berth daemon status" + " and its log)")
+				}
+				return nil, fmt.Errorf("daemon: %w", err)
+			}
+			switch f.T {
+			case FrameOut:
+				if opts.Stdout != nil {
+					_, _ = opts.Stdout.Write(f.Data)
+				}
+			case FrameAsk:
+				go c.answer(ctx, f, opts.Asker)
+			case FrameResult:
+				if f.Reply == nil {
+					return nil, errors.New("daemon: empty result")
+				}
+				if f.Reply.Error != "" {
+					return f.Reply, &ReplyError{Msg: f.Reply.Error}
+				}
+				return f.Reply, nil
+			}
+		case <-done:
+			done = nil
+			_ = c.c.send(Frame{T: FrameInterrupt})
+		}
+	}
+}
+
+// answer asks the human and sends the answer back.
+func (c *Client) answer(ctx context.Context, f Frame, asker approval.Asker) {
+	if asker == nil || f.Question == nil {
+		_ = c.c.send(Frame{T: FrameAnswer, Err: approval.ErrCannotAsk.Error()})
+		return
+	}
+	q := *f.Question
+	actx := ctx
+	if q.Timeout > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, q.Timeout)
+		defer cancel()
+	}
+	a, err := asker.Ask(actx, q)
+	if err != nil {
+		msg := err.Error()
+		if errors.Is(err, approval.ErrCannotAsk) {
+			msg = approval.ErrCannotAsk.Error()
+		}
+		_ = c.c.send(Frame{T: FrameAnswer, Err: msg})
+		return
+	}
+	_ = c.c.send(Frame{T: FrameAnswer, Answer: a})
+}
+
+// ReplyError is a request the daemon could not serve (bad configuration,
+// another user, shutting down).
+type ReplyError struct{ Msg string }
+
+func (e *ReplyError) Error() string {
+	return "berth daemon: " + strings.TrimPrefix(e.Msg, "berth daemon: ")
+}

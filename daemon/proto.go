@@ -1,0 +1,236 @@
+// Package daemon keeps berth's environments warm between `berth exec` and
+// `berth shell` calls, the way OpenSSH's ControlPersist keeps one
+// connection for later ssh calls: the first call for a berth home starts a
+// background berth (Serve) that holds the environments, one
+// manager.Manager per environment key, and listens on a unix socket in the
+// home; later calls (Client) send their command there and get its output
+// streamed back, so cd, exported variables and the started container or
+// ssh connection carry over from one call to the next.
+//
+// The socket lives in $BERTH_HOME/daemon (mode 0700), is itself mode 0600,
+// and every connection's peer is checked with SO_PEERCRED: a process of
+// another user is refused even where the file modes would let it in. The
+// daemon exits after lifetime_seconds with no environment left (the idle
+// sweep cleans environments up as berth mcp does: none is cleaned while a
+// command or background process runs in it) and no connection open, or on
+// `berth daemon stop` / SIGTERM, closing every environment as a one-process
+// berth does at exit.
+//
+// The protocol is newline-delimited JSON frames over the socket, one
+// request at a time per connection (see Request and Frame).
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/a55dbaac/berth/approval"
+)
+
+// ProtocolVersion is the version of the frames below. A daemon refuses a
+// request of another version with an error that says to stop it.
+const ProtocolVersion = 1
+
+// The operations of a Request.
+const (
+	OpRun    = "run"    // a foreground command: out frames, then a result
+	OpMeta   = "meta"   // a ":verb ..." process-tool line of berth shell
+	OpEnv    = "env"    // create the environment if needed; reply with its cwd
+	OpStatus = "status" // the daemon's status
+	OpStop   = "stop"   // shut down; the reply comes once everything is closed
+)
+
+// The kinds of a Frame.
+const (
+	FrameRequest   = "request"   // client → daemon: Req
+	FrameInterrupt = "interrupt" // client → daemon: stop the running command (Ctrl-C)
+	FrameAnswer    = "answer"    // client → daemon: Answer (or Err) to an ask
+	FrameOut       = "out"       // daemon → client: Data, processed output as it comes
+	FrameAsk       = "ask"       // daemon → client: Question for the human
+	FrameResult    = "result"    // daemon → client: the request's answer
+)
+
+// Inputs are what a caller's configuration is made of: the daemon loads
+// the configuration from them as the caller would have (config.Load), so
+// flags, TERMINAL_* variables and the config file of each call apply.
+type Inputs struct {
+	// ConfigPath is the --config flag, absolute; "" when not given.
+	ConfigPath string `json:"config_path,omitempty"`
+	// Flags are config.LoadOptions.Flags (e.g. {"backend": "docker"}).
+	Flags map[string]string `json:"flags,omitempty"`
+	// Env is the caller's environment, KEY=VALUE.
+	Env []string `json:"env"`
+	// Cwd is the caller's working directory: where a local environment
+	// created by this call starts when terminal.cwd is unset.
+	Cwd string `json:"cwd"`
+}
+
+// Request is one operation.
+type Request struct {
+	Version int    `json:"version"`
+	Op      string `json:"op"`
+	// Inputs and Key select the environment (run, meta, env).
+	Inputs Inputs `json:"inputs"`
+	Key    string `json:"key,omitempty"`
+	// Command is the foreground command of a run.
+	Command string `json:"command,omitempty"`
+	Timeout int    `json:"timeout,omitempty"`
+	Workdir string `json:"workdir,omitempty"`
+	// Line is the ":verb ..." line of a meta request.
+	Line string `json:"line,omitempty"`
+	// Stream asks for out frames while a command runs.
+	Stream bool `json:"stream,omitempty"`
+	// CanAsk says the caller answers approval questions (a terminal).
+	CanAsk bool `json:"can_ask,omitempty"`
+}
+
+// Reply is the payload of a result frame.
+type Reply struct {
+	// Error is set when the request could not be served at all (bad
+	// configuration, daemon shutting down); the other fields are then
+	// empty.
+	Error string `json:"error,omitempty"`
+	// Result is the run's terminal.Result, or the meta line's answer, as
+	// JSON.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Tail is what a caller that printed the streamed output prints after
+	// it to show what Result.Output shows: the interrupt or timeout marker.
+	Tail string `json:"tail,omitempty"`
+	// Notes are messages for the caller's stderr (the environment was
+	// recreated because the configuration changed).
+	Notes []string `json:"notes,omitempty"`
+	// Cwd and Backend describe the environment after the request.
+	Cwd     string `json:"cwd,omitempty"`
+	Backend string `json:"backend,omitempty"`
+	// Status answers a status request.
+	Status *Status `json:"status,omitempty"`
+}
+
+// Frame is one message on the socket.
+type Frame struct {
+	T        string             `json:"t"`
+	Req      *Request           `json:"req,omitempty"`
+	Data     []byte             `json:"d,omitempty"`
+	Question *approval.Question `json:"q,omitempty"`
+	Answer   approval.Answer    `json:"a,omitempty"`
+	Err      string             `json:"err,omitempty"`
+	Reply    *Reply             `json:"reply,omitempty"`
+}
+
+// Status describes a running daemon.
+type Status struct {
+	PID          int           `json:"pid"`
+	Socket       string        `json:"socket"`
+	Home         string        `json:"home"`
+	Started      time.Time     `json:"started"`
+	Uptime       time.Duration `json:"uptime_ns"`
+	Lifetime     time.Duration `json:"lifetime_ns"`
+	Connections  int           `json:"connections"`
+	Environments []EnvStatus   `json:"environments"`
+}
+
+// EnvStatus describes one environment the daemon holds.
+type EnvStatus struct {
+	Key       string    `json:"key"`
+	Backend   string    `json:"backend"`
+	Cwd       string    `json:"cwd,omitempty"`
+	Created   time.Time `json:"created"`
+	LastUsed  time.Time `json:"last_used"`
+	Busy      bool      `json:"busy"`
+	Processes int       `json:"background_processes"`
+}
+
+// Paths are the files of the daemon of one berth home.
+type Paths struct {
+	Dir    string // $BERTH_HOME/daemon, mode 0700
+	Socket string // the unix socket, mode 0600
+	PID    string // the daemon's pid; flock-ed by the daemon while it lives
+	Lock   string // flock-ed by a client while it starts a daemon
+	Log    string // the daemon's stdout and stderr
+}
+
+// maxSocketPath is the longest path a unix socket address holds on Linux
+// (sun_path is 108 bytes with its NUL).
+const maxSocketPath = 107
+
+// ErrPathTooLong says the socket path does not fit in a unix socket
+// address; callers fall back to running in one process.
+var ErrPathTooLong = errors.New("daemon: socket path too long for a unix socket")
+
+// PathsFor returns the daemon files of the berth home.
+func PathsFor(home string) (Paths, error) {
+	dir := filepath.Join(home, "daemon")
+	p := Paths{
+		Dir:    dir,
+		Socket: filepath.Join(dir, "berth.sock"),
+		PID:    filepath.Join(dir, "berth.pid"),
+		Lock:   filepath.Join(dir, "start.lock"),
+		Log:    filepath.Join(dir, "berth.log"),
+	}
+	if len(p.Socket) > maxSocketPath {
+		return p, fmt.Errorf("%w: %s is %d bytes, at most %d fit (choose a shorter BERTH_HOME)", ErrPathTooLong, p.Socket, len(p.Socket), maxSocketPath)
+	}
+	return p, nil
+}
+
+// maxFrame bounds one frame (a command, an environment, an output chunk).
+const maxFrame = 64 << 20
+
+// conn frames one socket: writes are serialised, reads come from one
+// goroutine at a time.
+type conn struct {
+	rw  io.ReadWriteCloser
+	r   *bufio.Reader
+	wmu sync.Mutex
+}
+
+func newConn(rw io.ReadWriteCloser) *conn {
+	return &conn{rw: rw, r: bufio.NewReaderSize(rw, 64<<10)}
+}
+
+// send writes one frame.
+func (c *conn) send(f Frame) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // keeps raw results as they are
+	if err := enc.Encode(f); err != nil {
+		return fmt.Errorf("daemon: encode %s frame: %w", f.T, err)
+	}
+	b := buf.Bytes()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if _, err := c.rw.Write(b); err != nil {
+		return fmt.Errorf("daemon: send %s frame: %w", f.T, err)
+	}
+	return nil
+}
+
+// recv reads one frame.
+func (c *conn) recv() (Frame, error) {
+	var line []byte
+	for {
+		chunk, isPrefix, err := c.r.ReadLine()
+		if err != nil {
+			return Frame{}, err
+		}
+		line = append(line, chunk...)
+		if len(line) > maxFrame {
+			return Frame{}, fmt.Errorf("daemon: frame larger than %d bytes", maxFrame)
+		}
+		if !isPrefix {
+			break
+		}
+	}
+	var f Frame
+	if err := json.Unmarshal(line, &f); err != nil {
+		return Frame{}, fmt.Errorf("daemon: bad frame: %w", err)
+	}
+	return f, nil
+}
