@@ -215,6 +215,11 @@ type RunOptions struct {
 func (c *Client) Run(ctx context.Context, req Request, opts RunOptions) (*Reply, error) {
 	req.Version = ProtocolVersion
 	if err := c.c.send(Frame{T: FrameRequest, Req: &req}); err != nil {
+		// A daemon that refuses the connection says why before closing.
+		_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
+		if f, rerr := c.c.recv(); rerr == nil && f.T == FrameResult && f.Reply != nil && f.Reply.Error != "" {
+			return f.Reply, &ReplyError{Msg: f.Reply.Error}
+		}
 		return nil, err
 	}
 	frames := make(chan Frame, 16)

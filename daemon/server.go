@@ -80,6 +80,7 @@ type slot struct {
 	m       *manager.Manager
 	backend string
 	created time.Time
+	cwd     string // the shell's cwd after the last request; under Server.mu
 }
 
 // Serve runs a daemon for opts.Home until ctx ends, it is stopped, or it
@@ -410,9 +411,13 @@ func (s *Server) Status() Status {
 			continue
 		}
 		es := EnvStatus{Key: sl.key, Backend: sl.backend, Created: sl.created, Processes: sl.m.Processes().Running(sl.key)}
+		// Never the session's own Cwd: it waits for a running command.
+		s.mu.Lock()
+		es.Cwd = sl.cwd
+		s.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		if env, err := sl.m.Env(ctx, sl.key); err == nil {
-			es.LastUsed, es.Busy, es.Cwd = env.LastUsed(), env.Busy(), env.Session().Cwd()
+			es.LastUsed, es.Busy = env.LastUsed(), env.Busy()
 		}
 		cancel()
 		st.Environments = append(st.Environments, es)
@@ -628,6 +633,9 @@ func (s *Server) run(c *conn, frames <-chan Frame, req Request) *Reply {
 	if res.Error == nil {
 		if env, err := sl.m.Env(ctx, key); err == nil {
 			r.Cwd = env.Session().Cwd()
+			s.mu.Lock()
+			sl.cwd = r.Cwd
+			s.mu.Unlock()
 		}
 	}
 	return r
@@ -694,7 +702,11 @@ func (s *Server) env(req Request) *Reply {
 	if err != nil {
 		return &Reply{Error: err.Error()}
 	}
-	return &Reply{Cwd: env.Session().Cwd(), Backend: sl.backend, Notes: notes}
+	cwd := env.Session().Cwd()
+	s.mu.Lock()
+	sl.cwd = cwd
+	s.mu.Unlock()
+	return &Reply{Cwd: cwd, Backend: sl.backend, Notes: notes}
 }
 
 // Meta runs a ":verb ..." line of berth shell against the process tool
@@ -756,6 +768,7 @@ type tapWriter struct {
 
 	mu       sync.Mutex
 	sent     strings.Builder
+	last     byte // the last byte sent
 	overflow bool
 	dead     bool
 	closed   bool
@@ -767,7 +780,7 @@ const keepSent = 4 << 20
 func (t *tapWriter) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed || t.dead {
+	if t.closed || t.dead || len(p) == 0 {
 		return len(p), nil
 	}
 	if !t.overflow {
@@ -778,6 +791,7 @@ func (t *tapWriter) Write(p []byte) (int, error) {
 			t.sent.Write(p)
 		}
 	}
+	t.last = p[len(p)-1]
 	if err := t.c.send(Frame{T: FrameOut, Data: p}); err != nil {
 		t.dead = true
 	}
@@ -787,21 +801,23 @@ func (t *tapWriter) Write(p []byte) (int, error) {
 // markerRE finds the marker the terminal layer appends to Output.
 var markerRE = regexp.MustCompile(`\n\[Command (?:timed out after \d+s|interrupted)\]$`)
 
-// finish stops the stream and returns what the caller must print after
-// the streamed text so that it shows what output shows: the rest of
-// output when it starts with what was streamed, else its marker.
+// finish stops the stream and returns what the caller prints after the
+// streamed text so that it shows what out (the result's output) shows:
+// the rest of out when out starts with what was streamed (trailing
+// whitespace aside), else out's marker. The caller ends the whole with a
+// newline if it does not end with one.
 func (t *tapWriter) finish(out string) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true
-	if !t.overflow && strings.HasPrefix(out, t.sent.String()) {
-		return out[t.sent.Len():]
+	rest := markerRE.FindString(out)
+	if trimmed := strings.TrimRight(t.sent.String(), " \t\r\n\v\f"); !t.overflow && strings.HasPrefix(out, trimmed) {
+		rest = out[len(trimmed):]
 	}
-	m := markerRE.FindString(out)
-	if t.overflow || t.sent.Len() > 0 {
-		return m
+	if t.last == '\n' || t.last == 0 {
+		rest = strings.TrimPrefix(rest, "\n")
 	}
-	return strings.TrimPrefix(m, "\n")
+	return rest
 }
 
 var _ io.Writer = (*tapWriter)(nil)

@@ -50,11 +50,11 @@ type Options struct {
 	// fit. 0 (or less) = DefaultSpillDirMaxBytes.
 	SpillDirMaxBytes int64
 	NoRedact         bool // disable secret redaction (on by default)
-	// Tap, when set, receives the processed text (cleaned and redacted,
-	// trailing whitespace held back as for Output) as it is committed,
-	// before truncation: a live view of the whole output for a caller
-	// that streams it. Its errors are ignored; a slow Tap slows the
-	// command's reader, as a slow terminal does.
+	// Tap, when set, receives the cleaned and redacted text as it comes
+	// out of the cleaning stages, line by line, before truncation and
+	// before trailing whitespace is trimmed: a live view of the whole
+	// output for a caller that streams it. Its errors are ignored; a slow
+	// Tap slows the command's reader, as a slow terminal does.
 	Tap io.Writer
 }
 
@@ -121,7 +121,12 @@ func NewCapture(opts Options) *Capture {
 		opts.SpillDirMaxBytes = DefaultSpillDirMaxBytes
 	}
 	c := &Capture{opts: opts}
-	c.pipe = newPipeline(cleanStages(!opts.NoRedact), c.commit)
+	stages := cleanStages(!opts.NoRedact)
+	if opts.Tap != nil {
+		last := len(stages) - 1 // the trimmer
+		stages[last] = &tapStage{stage: stages[last], w: opts.Tap}
+	}
+	c.pipe = newPipeline(stages, c.commit)
 	return c
 }
 
@@ -142,9 +147,6 @@ func (c *Capture) Write(p []byte) (int, error) {
 func (c *Capture) commit(b []byte) {
 	if len(b) == 0 {
 		return
-	}
-	if c.opts.Tap != nil {
-		_, _ = c.opts.Tap.Write(b)
 	}
 	n := runeCount(b)
 	if !c.over {

@@ -19,3 +19,19 @@ func TapFrom(ctx context.Context) io.Writer {
 	w, _ := ctx.Value(tapKey{}).(io.Writer)
 	return w
 }
+
+// tapStage copies what reaches the stage it wraps to w.
+type tapStage struct {
+	stage
+	w io.Writer
+}
+
+func (t *tapStage) Write(p []byte, next func([]byte)) {
+	if t.w != nil {
+		_, _ = t.w.Write(p)
+	}
+	t.stage.Write(p, next)
+}
+
+// clone copies the state without the tap: a clone only looks ahead.
+func (t *tapStage) clone() stage { return &tapStage{stage: t.stage.clone()} }

@@ -45,7 +45,7 @@ func newApprovalEnv(t *testing.T, configText string) *approvalEnv {
 	if err := os.WriteFile(cfg, []byte(configText), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(), "BERTH_HOME="+home, "BERTH_CONFIG=", "TERMINAL_ENV=", "BERTH_APPROVALS_MODE=",
+	env := append(os.Environ(), "BERTH_HOME="+home, "BERTH_CONFIG=", "TERMINAL_ENV=", "BERTH_APPROVALS_MODE=", "BERTH_NO_DAEMON=1",
 		"PATH="+shim+string(os.PathListSeparator)+os.Getenv("PATH"))
 	return &approvalEnv{home: home, config: cfg, record: record, env: env}
 }

@@ -117,8 +117,23 @@ one process instead.`,
 				return err
 			}
 			defer cl.Close()
-			_, err = cl.Do(daemon.Request{Op: daemon.OpStop})
-			return err
+			st, err := cl.Do(daemon.Request{Op: daemon.OpStatus})
+			if err != nil {
+				return err
+			}
+			if _, err := cl.Do(daemon.Request{Op: daemon.OpStop}); err != nil {
+				return err
+			}
+			// The reply comes once every environment is closed; the
+			// process is gone a moment later.
+			deadline := time.Now().Add(10 * time.Second)
+			for processAlive(st.Status.PID) {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("berth daemon %d closed its environments but has not exited", st.Status.PID)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			return nil
 		},
 	})
 
@@ -147,6 +162,16 @@ one process instead.`,
 		},
 	})
 	return root
+}
+
+// processAlive reports whether pid runs (a zombie does not).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z")
 }
 
 // useDaemon reports whether exec and shell go through the daemon.
@@ -307,8 +332,8 @@ func (r *daemonRunner) run(ctx context.Context, line string, out io.Writer) (ter
 		return terminal.Result{}, fmt.Errorf("daemon: decode result: %w", err)
 	}
 	if cw != nil {
-		io.WriteString(out, rep.Tail)
-		if cw.n > 0 || rep.Tail != "" {
+		io.WriteString(cw, rep.Tail)
+		if cw.n > 0 && cw.last != '\n' {
 			io.WriteString(out, "\n")
 		}
 	}
@@ -342,14 +367,18 @@ func (r *daemonRunner) where(ctx context.Context) (string, string, error) {
 	return r.backend, r.cwd, nil
 }
 
-// countWriter counts the bytes written through it.
+// countWriter counts the bytes written through it and keeps the last.
 type countWriter struct {
-	w io.Writer
-	n int64
+	w    io.Writer
+	n    int64
+	last byte
 }
 
 func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
+	if n > 0 {
+		c.last = p[n-1]
+	}
 	return n, err
 }

@@ -37,7 +37,7 @@ func berth(t *testing.T, stdin string, args ...string) (stdout, stderr string, c
 	t.Helper()
 	home := t.TempDir()
 	cmd := exec.Command(berthBin, args...)
-	cmd.Env = append(os.Environ(), "BERTH_HOME="+home, "BERTH_CONFIG=", "TERMINAL_ENV=")
+	cmd.Env = append(os.Environ(), "BERTH_HOME="+home, "BERTH_CONFIG=", "TERMINAL_ENV=", "BERTH_NO_DAEMON=1")
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -205,7 +205,7 @@ func TestShellBackgroundMetaAndNoOrphansOnExit(t *testing.T) {
 
 func TestShellSIGTERMCleansUp(t *testing.T) {
 	cmd := exec.Command(berthBin, "shell", "--json")
-	cmd.Env = append(os.Environ(), "BERTH_HOME="+t.TempDir(), "BERTH_CONFIG=", "TERMINAL_ENV=")
+	cmd.Env = append(os.Environ(), "BERTH_HOME="+t.TempDir(), "BERTH_CONFIG=", "TERMINAL_ENV=", "BERTH_NO_DAEMON=1")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

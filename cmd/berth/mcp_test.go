@@ -21,7 +21,7 @@ import (
 // berthEnv is the environment of a berth process under test: a private
 // BERTH_HOME and no configuration from the machine.
 func berthEnv(t *testing.T, extra ...string) []string {
-	return append(os.Environ(), append([]string{"BERTH_HOME=" + t.TempDir(), "BERTH_CONFIG=", "TERMINAL_ENV=", "BERTH_TOKEN="}, extra...)...)
+	return append(os.Environ(), append([]string{"BERTH_HOME=" + t.TempDir(), "BERTH_CONFIG=", "TERMINAL_ENV=", "BERTH_TOKEN=", "BERTH_NO_DAEMON=1"}, extra...)...)
 }
 
 // mcpCall calls a tool and decodes the JSON text of its result.
