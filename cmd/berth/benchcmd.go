@@ -1,24 +1,29 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"github.com/a55dbaac/berth/backend"
+	"os"
+	"os/exec"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/bench"
+	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/terminal"
 )
 
 func newBenchCmd() *cobra.Command {
 	var c common
-	var n, spawnN int
+	var n, spawnN, execN int
 	var sizes string
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -27,8 +32,11 @@ func newBenchCmd() *cobra.Command {
 berth's persistent session (full terminal path), the same command started as
 a new process per call through the same backend (bash -c locally, one exec
 per command on docker, one channel per command on ssh), the time from
-creating the environment to the first command's result, and output
-throughput with the peak memory growth of the berth process.`,
+creating the environment to the first command's result, the wall time of a
+whole "berth exec" call (process start included) on a warm environment
+through the background daemon against "berth exec --no-daemon" (a private
+berth home, stopped afterwards), and output throughput with the peak memory
+growth of the berth process.`,
 		Example: `  berth bench
   berth bench --backend docker -n 1000
   berth bench --sizes 100MB,1GB`,
@@ -72,6 +80,16 @@ throughput with the peak memory growth of the berth process.`,
 				fmt.Printf("%-34s %10s %10s %8d\n", "new process per command", ms(spawn.P50), ms(spawn.P90), spawn.N)
 				fmt.Printf("%-34s %9.1fx\n\n", "berth speed-up at p50", float64(spawn.P50)/float64(lat.P50))
 				fmt.Printf("%-34s %10s\n\n", "create to first command", ms(firstCmd))
+				if execN > 0 {
+					warm, cold, err := benchExec(ctx, cfg, c.backend, execN)
+					if err != nil {
+						return err
+					}
+					fmt.Printf("%-34s %10s %10s %8s\n", "whole berth exec call ("+bench.TrivialCommand+")", "p50", "p90", "calls")
+					fmt.Printf("%-34s %10s %10s %8d\n", "warm, through the daemon", ms(warm.P50), ms(warm.P90), warm.N)
+					fmt.Printf("%-34s %10s %10s %8d\n", "--no-daemon", ms(cold.P50), ms(cold.P90), cold.N)
+					fmt.Printf("%-34s %9.1fx\n\n", "daemon speed-up at p50", float64(cold.P50)/float64(warm.P50))
+				}
 				if len(sz) > 0 {
 					fmt.Printf("%-34s %10s %12s %14s\n", "output volume", "time", "throughput", "peak RSS growth")
 					for _, s := range sz {
@@ -95,8 +113,79 @@ throughput with the peak memory growth of the berth process.`,
 	cmd.Flags().StringVar(&c.task, "task", "bench", "environment key")
 	cmd.Flags().IntVarP(&n, "n", "n", 1000, "berth calls to time")
 	cmd.Flags().IntVar(&spawnN, "spawn-n", 100, "baseline calls to time")
+	cmd.Flags().IntVar(&execN, "exec-n", 20, "whole berth exec calls to time, each way (0 to skip)")
 	cmd.Flags().StringVar(&sizes, "sizes", "100MB,1GB", "output volumes for the throughput test (empty to skip)")
 	return cmd
+}
+
+// benchExec times whole `berth exec -- true` calls, this binary run as a
+// new process each time, through a warm daemon and with --no-daemon. It
+// uses a private berth home (the configuration file is the caller's) and
+// a non-persistent environment, and stops that daemon at the end.
+func benchExec(ctx context.Context, cfg *config.Config, backendFlag string, n int) (warm, cold bench.Stats, err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return warm, cold, fmt.Errorf("bench: find the berth executable: %w", err)
+	}
+	home, err := os.MkdirTemp("", "berth-bench-")
+	if err != nil {
+		return warm, cold, fmt.Errorf("bench: private home: %w", err)
+	}
+	defer os.RemoveAll(home)
+	env := append(os.Environ(), "BERTH_HOME="+home, "BERTH_CONFIG="+cfg.Path, "BERTH_NO_DAEMON=", "TERMINAL_DAEMON=true",
+		"TERMINAL_CONTAINER_PERSISTENT=false")
+	// Two keys: a one-process berth closing its environment at exit must
+	// not take the daemon's (a container of the same key) with it.
+	call := func(extra ...string) (time.Duration, error) {
+		key := fmt.Sprintf("bench-exec-%d-%d", os.Getpid(), len(extra))
+		args := []string{"exec", "--task", key}
+		if backendFlag != "" {
+			args = append(args, "--backend", backendFlag)
+		}
+		cmd := exec.CommandContext(ctx, exe, append(append(args, extra...), "--", bench.TrivialCommand)...)
+		cmd.Env = env
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		start := time.Now()
+		err := cmd.Run()
+		d := time.Since(start)
+		if err != nil {
+			return d, fmt.Errorf("bench: berth exec %v: %w: %s", extra, err, strings.TrimSpace(errb.String()))
+		}
+		return d, nil
+	}
+	defer func() {
+		stop := exec.Command(exe, "daemon", "stop")
+		stop.Env = env
+		_ = stop.Run()
+	}()
+	if _, err := call(); err != nil { // starts the daemon and the environment
+		return warm, cold, err
+	}
+	var w, c []time.Duration
+	for range n {
+		d, err := call()
+		if err != nil {
+			return warm, cold, err
+		}
+		w = append(w, d)
+		d, err = call("--no-daemon")
+		if err != nil {
+			return warm, cold, err
+		}
+		c = append(c, d)
+	}
+	return stats(w), stats(c), nil
+}
+
+// stats summarises timings like the bench package does.
+func stats(d []time.Duration) bench.Stats {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	return bench.Stats{N: len(d), P50: d[len(d)/2], P90: d[len(d)*9/10], Mean: sum / time.Duration(len(d))}
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond)) }

@@ -1,0 +1,206 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a55dbaac/berth/terminal"
+
+	_ "github.com/a55dbaac/berth/backend/all"
+)
+
+// serve starts an in-process daemon for a fresh home and returns the home
+// and a channel that receives Serve's error.
+func serve(t *testing.T, lifetime time.Duration) (string, chan error) {
+	t.Helper()
+	home, err := os.MkdirTemp("", "bdu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	ready := make(chan struct{})
+	errc := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		errc <- Serve(ctx, ServeOptions{Home: home, Lifetime: lifetime, Ready: func() { close(ready) }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-errc:
+		case <-time.After(20 * time.Second):
+			t.Error("daemon did not stop")
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-errc:
+		t.Fatalf("Serve: %v", err)
+	}
+	return home, errc
+}
+
+func inputs(t *testing.T, home string) Inputs {
+	wd, _ := os.Getwd()
+	return Inputs{Env: []string{"BERTH_HOME=" + home, "HOME=" + os.Getenv("HOME"), "PATH=" + os.Getenv("PATH")}, Cwd: wd}
+}
+
+func TestSocketModesAndSecondDaemon(t *testing.T) {
+	home, _ := serve(t, 0)
+	p, err := PathsFor(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]os.FileMode{p.Dir: 0o700, p.Socket: 0o600} {
+		st, err := os.Stat(path)
+		if err != nil || st.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %v", path, st.Mode().Perm(), err, want)
+		}
+	}
+	if err := Serve(context.Background(), ServeOptions{Home: home}); !errors.Is(err, ErrRunning) {
+		t.Fatalf("second Serve on the home: %v, want ErrRunning", err)
+	}
+	// The first one still answers.
+	c, err := Dial(context.Background(), DialOptions{Home: home, NoStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, err := c.Do(Request{Op: OpStatus})
+	if err != nil || r.Status.PID != os.Getpid() || r.Status.Socket != p.Socket {
+		t.Fatalf("status %+v, %v", r, err)
+	}
+}
+
+func TestPeerUIDIsOwnUser(t *testing.T) {
+	home, _ := serve(t, 0)
+	p, _ := PathsFor(home)
+	nc, err := net.Dial("unix", p.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	uid, err := PeerUID(nc.(*net.UnixConn))
+	if err != nil || uid != os.Getuid() {
+		t.Fatalf("PeerUID %d, %v; want %d", uid, err, os.Getuid())
+	}
+}
+
+// A socket left by a daemon that is gone (nobody holds the pid lock) is
+// replaced; a client meanwhile sees "not running".
+func TestStaleSocketReplaced(t *testing.T) {
+	home, err := os.MkdirTemp("", "bdu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(home)
+	p, _ := PathsFor(home)
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", p.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if _, err := Dial(context.Background(), DialOptions{Home: home, NoStart: true}); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("dial a stale socket: %v, want ErrNotRunning", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ServeOptions{Home: home, Ready: func() { close(ready) }}) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	c, err := Dial(context.Background(), DialOptions{Home: home, NoStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	cancel()
+	<-done
+	if _, err := os.Stat(p.Socket); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket left after shutdown: %v", err)
+	}
+}
+
+// Runs stream their output, keep state, and an idle daemon with no
+// environment exits by itself.
+func TestRunStreamsAndIdleExit(t *testing.T) {
+	home, errc := serve(t, 300*time.Millisecond)
+	c, err := Dial(context.Background(), DialOptions{Home: home, NoStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inputs(t, home)
+	in.Env = append(in.Env, "TERMINAL_LIFETIME_SECONDS=1")
+	var out strings.Builder
+	r, err := c.Run(context.Background(), Request{Op: OpRun, Inputs: in, Key: "k", Command: "cd /tmp; export A=1; echo one; echo two", Stream: true}, RunOptions{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "one\ntwo\n" || r.Tail != "" || r.Cwd != "/tmp" {
+		t.Fatalf("streamed %q, tail %q, cwd %q", out.String(), r.Tail, r.Cwd)
+	}
+	r, err = c.Run(context.Background(), Request{Op: OpRun, Inputs: in, Key: "k", Command: "echo $A"}, RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res terminal.Result
+	if err := json.Unmarshal(r.Result, &res); err != nil || res.Output != "1" {
+		t.Fatalf("second run %s (%v)", r.Result, err)
+	}
+	c.Close()
+	// The environment is swept after its lifetime (1 s), then the daemon
+	// goes once idle for its own.
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc <- nil // for the cleanup
+	case <-time.After(20 * time.Second):
+		t.Fatal("idle daemon did not exit")
+	}
+}
+
+func TestTapTail(t *testing.T) {
+	for _, c := range []struct{ sent, out, want string }{
+		{"hello\n", "hello", ""},
+		{"abc", "abc", ""},
+		{"x\n", "x\n[Command timed out after 2s]", "[Command timed out after 2s]"},
+		{"x", "x\n[Command interrupted]", "\n[Command interrupted]"},
+		{"", "[Command interrupted]", "[Command interrupted]"},
+		{"a\n\n\n", "a", ""},
+	} {
+		tw := &tapWriter{c: newConn(nopConn{})}
+		if c.sent != "" {
+			tw.Write([]byte(c.sent))
+		}
+		if got := tw.finish(c.out); got != c.want {
+			t.Errorf("sent %q out %q: tail %q, want %q", c.sent, c.out, got, c.want)
+		}
+	}
+}
+
+type nopConn struct{}
+
+func (nopConn) Read([]byte) (int, error)    { return 0, errors.New("closed") }
+func (nopConn) Write(p []byte) (int, error) { return len(p), nil }
+func (nopConn) Close() error                { return nil }
+
+func TestPathTooLong(t *testing.T) {
+	if _, err := PathsFor("/" + strings.Repeat("x", 120)); !errors.Is(err, ErrPathTooLong) {
+		t.Fatalf("long home: %v", err)
+	}
+}
