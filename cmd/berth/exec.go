@@ -30,11 +30,20 @@ joined with spaces, as ssh does.
 
 A command that needs approval (see approvals.mode) is asked about on the
 terminal when stdin and stderr are one; otherwise it is refused with a
-message starting "BLOCKED:" that says how to allow it.`,
+message starting "BLOCKED:" that says how to allow it.
+
+Calls run through a background berth that keeps each task's environment
+warm (see "berth daemon"): cd and exported variables carry over to the next
+call with the same --task, the output streams as it comes (a line is shown
+once the next one starts, or at the end), and Ctrl-C interrupts the command
+only. The environment starts where the call that created it runs; a call
+whose settings differ (backend, image, ...) gets a new environment, with a
+note on stderr. --no-daemon runs in this process, as one call.`,
 		Example: `  berth exec -- uname -a
   berth exec --timeout 2 -- 'sleep 100 & sleep 100'
   berth exec --backend docker --task build -- 'cd /workspace && make'
-  berth exec --json -- 'ls /nope'`,
+  berth exec --json -- 'ls /nope'
+  berth exec --task t -- 'cd /tmp; export A=1' && berth exec --task t -- 'echo $A; pwd'`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := c.load()
