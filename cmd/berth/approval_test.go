@@ -222,9 +222,25 @@ func (r *ptyReader) waitFor(t *testing.T, from int, s string) int {
 // "always" runs the command and saves it in the config file, "deny"
 // refuses.
 func TestInteractiveShellAsks(t *testing.T) {
+	t.Run("one process", func(t *testing.T) { testInteractiveShellAsks(t, false) })
+	// Through the daemon the question travels back to the caller's terminal.
+	t.Run("daemon", func(t *testing.T) { testInteractiveShellAsks(t, true) })
+}
+
+func testInteractiveShellAsks(t *testing.T, viaDaemon bool) {
 	a := newApprovalEnv(t, "# mine\n")
 	cmd := exec.Command(berthBin, "shell")
 	cmd.Env = a.env
+	if viaDaemon {
+		cmd.Env = append(append([]string(nil), a.env...), "BERTH_NO_DAEMON=")
+		t.Cleanup(func() {
+			stop := exec.Command(berthBin, "daemon", "stop")
+			stop.Env = cmd.Env
+			if out, err := stop.CombinedOutput(); err != nil {
+				t.Errorf("berth daemon stop: %v: %s", err, out)
+			}
+		})
+	}
 	f, err := pty.Start(cmd)
 	if err != nil {
 		t.Fatalf("start berth shell on a pty: %v", err)

@@ -325,6 +325,28 @@ func TestDaemonKilledIsReplaced(t *testing.T) {
 	waitProcs(t, "sleep\x00"+arg, 0)
 }
 
+// On docker the next daemon finds the container the killed one left
+// (reattached or replaced, never a second one) and removes it at stop.
+func TestDaemonKilledIsReplacedDocker(t *testing.T) {
+	cli := dockerenv.Require(t)
+	key := fmt.Sprintf("dmk-%d", time.Now().UnixNano()%1e9)
+	d := newDaemonEnv(t, "TERMINAL_ENV=docker", "TERMINAL_DOCKER_IMAGE="+dockerenv.Image(t), "TERMINAL_CONTAINER_PERSISTENT=false")
+	d.mustRun(t, 0, "exec", "--task", key, "--", "echo x > /root/mark")
+	old := d.pid()
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, old, 10*time.Second)
+	d.mustRun(t, 0, "exec", "--task", key, "--", "true")
+	if n := containers(t, cli, key); n != 1 {
+		t.Fatalf("%d containers of %s after the new daemon's first call, want 1", n, key)
+	}
+	d.mustRun(t, 0, "daemon", "stop")
+	if n := containers(t, cli, key); n != 0 {
+		t.Fatalf("%d containers of %s left after berth daemon stop", n, key)
+	}
+}
+
 // Two calls on one key run one after the other; on two keys at once. The
 // first calls race to start the daemon: one wins, both are served by it.
 func TestDaemonConcurrentCalls(t *testing.T) {
