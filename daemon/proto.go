@@ -83,6 +83,9 @@ type Request struct {
 	Command string `json:"command,omitempty"`
 	Timeout int    `json:"timeout,omitempty"`
 	Workdir string `json:"workdir,omitempty"`
+	// OnTimeout is the caller's terminal.on_timeout: per call, like
+	// Timeout, not part of what makes an environment.
+	OnTimeout string `json:"on_timeout,omitempty"`
 	// Line is the ":verb ..." line of a meta request.
 	Line string `json:"line,omitempty"`
 	// Stream asks for out frames while a command runs.

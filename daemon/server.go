@@ -450,6 +450,7 @@ var notFingerprinted = map[string]bool{
 	"terminal.timeout":                true,
 	"terminal.lifetime_seconds":       true,
 	"terminal.max_foreground_timeout": true,
+	"terminal.on_timeout":             true,
 	"terminal.daemon":                 true,
 	"command_allowlist":               true,
 }
@@ -619,7 +620,7 @@ func (s *Server) run(c *conn, frames <-chan Frame, req Request) *Reply {
 		tap = &tapWriter{c: c}
 		ctx = output.WithTap(ctx, tap)
 	}
-	res := sl.m.Run(ctx, key, terminal.Request{Command: req.Command, Timeout: req.Timeout, Workdir: req.Workdir})
+	res := sl.m.Run(ctx, key, terminal.Request{Command: req.Command, Timeout: req.Timeout, Workdir: req.Workdir, OnTimeout: req.OnTimeout})
 	tail := ""
 	if tap != nil {
 		tail = tap.finish(res.Output)

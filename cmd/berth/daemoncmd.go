@@ -238,7 +238,7 @@ func withRunner(ctx context.Context, cfg *config.Config, c *common, fn func(ctx 
 			return fmt.Errorf("%w (or run with --no-daemon)", err)
 		default:
 			defer cl.Close()
-			return fn(ctx, &daemonRunner{cl: cl, c: c, in: in})
+			return fn(ctx, &daemonRunner{cl: cl, c: c, in: in, onTimeout: cfg.Terminal.OnTimeout})
 		}
 	}
 	return withManager(ctx, cfg, func(ctx context.Context, m *manager.Manager) error {
@@ -251,6 +251,10 @@ type localRunner struct {
 	m     *manager.Manager
 	c     *common
 	asker approval.Asker
+	// oneShot is set for berth exec: the process ends with the call, so a
+	// command cannot be moved to the background at its timeout (it would
+	// be killed at exit anyway); it is stopped as on_timeout kill does.
+	oneShot bool
 }
 
 func (r *localRunner) setAsker(a approval.Asker) { r.asker = a }
@@ -259,7 +263,11 @@ func (r *localRunner) run(ctx context.Context, line string, out io.Writer) (term
 	if r.asker != nil {
 		ctx = approval.WithAsker(ctx, r.asker)
 	}
-	res := r.m.Run(ctx, r.c.task, terminal.Request{Command: line, Timeout: r.c.timeout, Workdir: r.c.workdir})
+	req := terminal.Request{Command: line, Timeout: r.c.timeout, Workdir: r.c.workdir}
+	if r.oneShot {
+		req.OnTimeout = terminal.OnTimeoutKill
+	}
+	res := r.m.Run(ctx, r.c.task, req)
 	if out != nil && res.Output != "" {
 		fmt.Fprintln(out, res.Output)
 	}
@@ -290,13 +298,14 @@ type daemonRunner struct {
 	in    daemon.Inputs
 	asker approval.Asker
 
+	onTimeout    string // the caller's terminal.on_timeout
 	backend, cwd string
 }
 
 func (r *daemonRunner) setAsker(a approval.Asker) { r.asker = a }
 
 func (r *daemonRunner) request(op string) daemon.Request {
-	return daemon.Request{Op: op, Inputs: r.in, Key: r.c.task, Timeout: r.c.timeout, Workdir: r.c.workdir, CanAsk: r.asker != nil}
+	return daemon.Request{Op: op, Inputs: r.in, Key: r.c.task, Timeout: r.c.timeout, Workdir: r.c.workdir, OnTimeout: r.onTimeout, CanAsk: r.asker != nil}
 }
 
 // notes prints the daemon's notes and remembers where the shell is.

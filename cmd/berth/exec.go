@@ -52,6 +52,9 @@ note on stderr. --no-daemon runs in this process, as one call.`,
 			}
 			var res terminal.Result
 			err = withRunner(cmd.Context(), cfg, &c, func(ctx context.Context, r runner) error {
+				if lr, ok := r.(*localRunner); ok {
+					lr.oneShot = true
+				}
 				if isTerminal(os.Stdin) && isTerminal(os.Stderr) {
 					r.setAsker(approval.NewPromptAsker(os.Stdin, os.Stderr))
 				}
@@ -82,6 +85,11 @@ func (c *common) addDaemonFlag(cmd *cobra.Command) {
 // refused to run (the shell's "cannot execute").
 const blockedStatus = 126
 
+// movedStatus is berth exec's status when the command was still running at
+// its timeout and was moved to the background (on_timeout: background,
+// through the daemon): the timeout's status, though the command goes on.
+const movedStatus = 124
+
 // resultStatus prints the JSON of a foreground result (the output itself
 // was printed as it came) and turns its status into berth's exit status.
 func resultStatus(res terminal.Result, asJSON bool) error {
@@ -97,6 +105,9 @@ func resultStatus(res terminal.Result, asJSON bool) error {
 			fmt.Fprintln(os.Stderr, "berth:", res.Approval.Message)
 		}
 		return exitError{blockedStatus}
+	}
+	if res.MovedToBackground {
+		return exitError{movedStatus}
 	}
 	if res.Error != nil {
 		if asJSON {
