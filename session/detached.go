@@ -108,7 +108,7 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 	// cannot skip the exit frame printed after it.
 	n := nonce()
 	pre.WriteString("( eval " + shellword.Quote(command) + " )\n__berth_s=$?\n")
-	pre.WriteString("command printf '\\n" + markerPrefix + "%s_%s\\000' " + n + " \"$__berth_s\"\nexit $__berth_s\n")
+	pre.WriteString("command printf '" + markerPrefix + "%s_%s\\000' " + n + " \"$__berth_s\"\nexit $__berth_s\n")
 
 	sh := "sh"
 	if bash {

@@ -10,7 +10,7 @@ import (
 // of the frame are passed to the sink as soon as they arrive, so memory does
 // not grow with output size; at most len(marker)-1 bytes are held back.
 type framer struct {
-	marker []byte // "\n" + markerPrefix + nonce + "_"
+	marker []byte // markerPrefix + nonce + "_"
 	fields int    // NUL-terminated fields after the marker
 	held   []byte // bytes that may be the start of the marker
 	inTail bool   // marker seen, collecting fields
@@ -20,7 +20,7 @@ type framer struct {
 }
 
 func newFramer(nonce string, fields int) *framer {
-	return &framer{marker: []byte("\n" + markerPrefix + nonce + "_"), fields: fields}
+	return &framer{marker: []byte(markerPrefix + nonce + "_"), fields: fields}
 }
 
 // feed consumes a chunk, writing command output to sink. It reports true

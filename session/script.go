@@ -11,7 +11,10 @@ import (
 )
 
 // markerPrefix starts every frame the shell prints. The full frame is
-// "\n" + markerPrefix + nonce + "_" followed by NUL-terminated fields; the
+// markerPrefix + nonce + "_" followed by NUL-terminated fields, right after
+// the command's last byte (no newline of its own: a frame that began with
+// one would make berth hold back every line's newline until the next
+// output, and a streaming caller would see each line one line late); the
 // nonce is fresh random hex for every command, so output cannot end a
 // command by accident, and the literal frame text never appears in anything
 // the shell traces (the nonce and the prefix are joined only by printf).
@@ -104,7 +107,7 @@ __berth_cd() {
   builtin cd -- "${__berth_t:-/}"
 }
 __berth_pre() {
-  builtin printf '\n` + markerPrefix + `%s_\000' "$1" >&19
+  builtin printf '` + markerPrefix + `%s_\000' "$1" >&19
   [[ -d $PWD ]] || __berth_cd "$PWD"
   __berth_wd= __berth_i=
   if [[ -n ${3+x} ]]; then
@@ -136,7 +139,7 @@ __berth_post() {
   if [[ -n ${__berth_wd-} ]]; then builtin cd -- "$__berth_wd"; __berth_wd=; fi
   if [[ -n ${__berth_i-} ]]; then >|"$__berth_i"; __berth_i=; fi
   if [[ -n ${4-} ]]; then builtin command rm -f -- "$4"; fi
-  builtin printf '\n` + markerPrefix + `%s_%s\000%s\000' "$2" "$__berth_ec" "$PWD"
+  builtin printf '` + markerPrefix + `%s_%s\000%s\000' "$2" "$__berth_ec" "$PWD"
   if [[ $3 = 1 ]]; then
     builtin export -p
     builtin printf '\001'
@@ -152,7 +155,7 @@ __berth_ready() {
     builtin set -- $__berth_l
     __berth_st=${20-}
   fi
-  builtin printf '\n` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" bash "${TMPDIR:-/tmp}" >&19
+  builtin printf '` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" bash "${TMPDIR:-/tmp}" >&19
 }
 `
 
@@ -163,7 +166,7 @@ __berth_cd() {
   command cd -- "${__berth_t:-/}"
 }
 __berth_pre() {
-  command printf '\n` + markerPrefix + `%s_\000' "$1" >&9
+  command printf '` + markerPrefix + `%s_\000' "$1" >&9
   command [ -d "$PWD" ] || __berth_cd "$PWD"
   __berth_wd= __berth_i=
   if command [ -n "${3+x}" ]; then
@@ -195,7 +198,7 @@ __berth_post() {
   if command [ -n "${__berth_wd-}" ]; then command cd -- "$__berth_wd"; __berth_wd=; fi
   if command [ -n "${__berth_i-}" ]; then >|"$__berth_i"; __berth_i=; fi
   if command [ -n "${4-}" ]; then command rm -f -- "$4"; fi
-  command printf '\n` + markerPrefix + `%s_%s\000%s\000' "$2" "$__berth_ec" "$PWD"
+  command printf '` + markerPrefix + `%s_%s\000%s\000' "$2" "$__berth_ec" "$PWD"
   if command [ "$3" = 1 ]; then command export -p; fi
   command printf '\000'
 }
@@ -206,7 +209,7 @@ __berth_ready() {
     set -- $__berth_l
     __berth_st=${20-}
   fi
-  command printf '\n` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" sh "${TMPDIR:-/tmp}" >&9
+  command printf '` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" sh "${TMPDIR:-/tmp}" >&9
 }
 `
 
