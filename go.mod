@@ -6,7 +6,10 @@ require (
 	github.com/charmbracelet/x/ansi v0.11.9
 	github.com/containerd/errdefs v1.0.0
 	github.com/creack/pty v1.1.24
+	github.com/daytona/clients/api-client-go v0.201.0
+	github.com/daytona/clients/toolbox-api-client-go v0.201.0
 	github.com/google/go-cmp v0.7.0
+	github.com/gorilla/websocket v1.5.3
 	github.com/moby/moby/api v1.56.1
 	github.com/moby/moby/client v0.6.2
 	github.com/modal-labs/libmodal/modal-go v0.7.0 // pinned: the module proxy berth is built with refuses later versions; the fake in internal/testenv/modalfake implements the RPCs of exactly this version

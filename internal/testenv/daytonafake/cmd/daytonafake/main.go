@@ -1,0 +1,99 @@
+// Command daytonafake runs berth's stand-in for the Daytona API and toolbox
+// API on its own, so the daytona backend (or any Daytona client) can be
+// tried by hand against real Docker containers:
+//
+//	go run ./internal/testenv/daytonafake/cmd/daytonafake -addr 127.0.0.1:3986
+//
+// It prints the DAYTONA_API_URL and DAYTONA_API_KEY to export, serves until
+// interrupted, and then removes every sandbox container it created. The
+// default image of sandboxes created without one is berth's test image,
+// built from the host's busybox and bash when missing (see dockerenv).
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/a55dbaac/berth/internal/testenv/daytonafake"
+	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:3986", "listen address")
+	key := flag.String("key", "", "API key clients must present (default: random)")
+	image := flag.String("image", "", "image of sandboxes created without one (default: berth's test image, built if missing)")
+	verbose := flag.Bool("v", false, "log every state change")
+	flag.Parse()
+	if err := run(*addr, *key, *image, *verbose); err != nil {
+		fmt.Fprintln(os.Stderr, "daytonafake:", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr, key, image string, verbose bool) error {
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return fmt.Errorf("docker client: %w", err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_, err = cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("no Docker daemon answers (run scripts/ensure-docker.sh): %w", err)
+	}
+	if image == "" {
+		if image, err = testImage(cli); err != nil {
+			return err
+		}
+	}
+	level := slog.LevelInfo
+	if verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	s, err := daytonafake.New(daytonafake.Options{Docker: cli, APIKey: key, DefaultImage: image, Addr: addr, Logger: log})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("export DAYTONA_API_URL=%s\nexport DAYTONA_API_KEY=%s\n# sandboxes without an image run %s; Ctrl-C stops the fake and removes its containers\n",
+		s.APIURL(), s.APIKey(), image)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	<-sig
+	return s.Close()
+}
+
+// testImage returns berth's test image, importing it from the host's
+// binaries (dockerenv.RootFS) when the daemon does not have it yet.
+func testImage(cli *client.Client) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := cli.ImageInspect(ctx, dockerenv.ImageRef); err == nil {
+		return dockerenv.ImageRef, nil
+	}
+	rootfs, err := dockerenv.RootFS()
+	if err != nil {
+		return "", err
+	}
+	res, err := cli.ImageImport(ctx, client.ImageImportSource{Source: bytes.NewReader(rootfs), SourceName: "-"}, dockerenv.ImageRef,
+		client.ImageImportOptions{Changes: []string{`CMD ["/bin/sh"]`, `ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`}})
+	if err != nil {
+		return "", fmt.Errorf("import %s: %w", dockerenv.ImageRef, err)
+	}
+	defer res.Close()
+	if _, err := io.Copy(io.Discard, res); err != nil {
+		return "", fmt.Errorf("import %s: %w", dockerenv.ImageRef, err)
+	}
+	return dockerenv.ImageRef, nil
+}

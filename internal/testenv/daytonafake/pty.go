@@ -1,0 +1,600 @@
+package daytonafake
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	toolbox "github.com/daytona/clients/toolbox-api-client-go"
+	"github.com/gorilla/websocket"
+	"github.com/moby/moby/api/types/events"
+	"github.com/moby/moby/client"
+)
+
+// Queue sizes of Daytona's daemon: input waiting for the terminal, and
+// output waiting for one websocket client (a client whose queue is full is
+// dropped as a slow consumer).
+const (
+	ptyInputQueue  = 1024
+	ptyClientQueue = 256
+	ptyWriteWait   = 10 * time.Second
+	ptyReadLimit   = 1 << 20
+)
+
+// ptyWrapper starts a PTY session's shell: it reports its pid on the first
+// line (the fake needs it to kill the tree; it is not passed on) and
+// becomes an interactive login shell, bash when the image has it.
+const ptyWrapper = `printf '%s\n' "$$"
+if command -v bash >/dev/null 2>&1; then exec bash -i -l; fi
+exec sh -i -l`
+
+// ptySession is one PTY session: an interactive shell on a terminal in the
+// sandbox's container, and the websocket clients attached to it.
+type ptySession struct {
+	sb        *sandbox
+	id        string
+	cwd       string
+	envs      map[string]string
+	lazy      bool
+	createdAt time.Time
+	in        chan []byte   // input for the terminal
+	done      chan struct{} // closed when the session ended
+
+	mu      sync.Mutex
+	cols    int
+	rows    int
+	started bool
+	ended   bool
+	execID  string
+	pid     int
+	conn    *client.HijackedResponse
+	clients map[*wsClient]bool
+	eof     chan struct{} // closed when the terminal's output ended
+}
+
+// wsClient is one attached websocket.
+type wsClient struct {
+	conn *websocket.Conn
+	send chan wsMsg
+	once sync.Once
+}
+
+// wsMsg is one message for a client; close ends the client after it.
+type wsMsg struct {
+	typ   int
+	data  []byte
+	close bool
+}
+
+// info renders the session as the toolbox's PtySessionInfo.
+func (p *ptySession) info() *toolbox.PtySessionInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	active := p.started && !p.ended
+	return toolbox.NewPtySessionInfo(active, int32(p.cols), p.createdAt.UTC().Format(time.RFC3339Nano), p.cwd,
+		cloneMap(p.envs), p.id, p.lazy, int32(p.rows))
+}
+
+// ptyFor returns the sandbox's session named in the path, or answers 404.
+func (s *Server) ptyFor(w http.ResponseWriter, r *http.Request, sb *sandbox) *ptySession {
+	id := r.PathValue("sessionId")
+	s.mu.Lock()
+	p := sb.ptys[id]
+	s.mu.Unlock()
+	if p == nil {
+		toolboxError(w, r, http.StatusNotFound, toolbox.DAEMONERRORCODE_CodeNotFound, "PTY session not found")
+	}
+	return p
+}
+
+func (s *Server) listPTY(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	s.mu.Lock()
+	all := make([]*ptySession, 0, len(sb.ptys))
+	for _, p := range sb.ptys {
+		all = append(all, p)
+	}
+	s.mu.Unlock()
+	list := []toolbox.PtySessionInfo{}
+	for _, p := range all {
+		list = append(list, *p.info())
+	}
+	writeJSON(w, http.StatusOK, toolbox.NewPtyListResponse(list))
+}
+
+func (s *Server) getPTY(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	if p := s.ptyFor(w, r, sb); p != nil {
+		writeJSON(w, http.StatusOK, p.info())
+	}
+}
+
+// createPTY is POST /process/pty: the session starts at once unless
+// lazyStart asks to wait for the first client.
+func (s *Server) createPTY(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	var req toolbox.PtyCreateRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		toolboxError(w, r, http.StatusBadRequest, toolbox.DAEMONERRORCODE_CodeInvalidRequestBody, err.Error())
+		return
+	}
+	if req.GetId() == "" {
+		toolboxError(w, r, http.StatusBadRequest, toolbox.DAEMONERRORCODE_CodeBadRequest, "session ID is required")
+		return
+	}
+	p := &ptySession{
+		sb: sb, id: req.GetId(), cwd: req.GetCwd(), envs: cloneMap(req.GetEnvs()), lazy: req.GetLazyStart(),
+		createdAt: time.Now(), cols: 80, rows: 24,
+		in: make(chan []byte, ptyInputQueue), done: make(chan struct{}), clients: map[*wsClient]bool{},
+	}
+	if req.Cols != nil {
+		p.cols = int(*req.Cols)
+	}
+	if req.Rows != nil {
+		p.rows = int(*req.Rows)
+	}
+	if p.cols > 1000 || p.rows > 1000 || p.cols < 1 || p.rows < 1 {
+		toolboxError(w, r, http.StatusBadRequest, toolbox.DAEMONERRORCODE_CodeBadRequest, "invalid terminal size: cols and rows must be from 1 to 1000")
+		return
+	}
+	if p.envs["TERM"] == "" {
+		p.envs["TERM"] = "xterm-256color"
+	}
+	s.mu.Lock()
+	if _, dup := sb.ptys[p.id]; dup {
+		s.mu.Unlock()
+		toolboxError(w, r, http.StatusConflict, toolbox.DAEMONERRORCODE_CodeConflict, fmt.Sprintf("PTY session with ID '%s' already exists", p.id))
+		return
+	}
+	sb.ptys[p.id] = p
+	s.mu.Unlock()
+	if !p.lazy {
+		if err := p.start(s.ctx); err != nil {
+			p.remove()
+			toolboxError(w, r, http.StatusInternalServerError, toolbox.DAEMONERRORCODE_CodeInternalServerError, "failed to start PTY session: "+err.Error())
+			return
+		}
+	}
+	writeJSON(w, http.StatusCreated, toolbox.NewPtyCreateResponse(p.id))
+}
+
+// start runs the session's shell on a terminal in the container.
+func (p *ptySession) start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started {
+		if p.ended {
+			return errors.New("PTY session has already been used and cannot be restarted")
+		}
+		return nil
+	}
+	s := p.sb.s
+	id := p.sb.container()
+	if id == "" {
+		return errors.New("the sandbox has no container")
+	}
+	env := make([]string, 0, len(p.envs))
+	for k, v := range p.envs {
+		env = append(env, k+"="+v)
+	}
+	size := client.ConsoleSize{Height: uint(p.rows), Width: uint(p.cols)}
+	cr, err := s.docker.ExecCreate(ctx, id, client.ExecCreateOptions{
+		TTY: true, AttachStdin: true, AttachStdout: true, AttachStderr: true, ConsoleSize: size,
+		Cmd: []string{"/bin/sh", "-c", ptyWrapper}, Env: env, WorkingDir: p.cwd,
+	})
+	if err != nil {
+		return fmt.Errorf("create exec: %w", err)
+	}
+	att, err := s.docker.ExecAttach(ctx, cr.ID, client.ExecAttachOptions{TTY: true, ConsoleSize: size})
+	if err != nil {
+		return fmt.Errorf("attach exec: %w", err)
+	}
+	att.Conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	line, err := att.Reader.ReadString('\n')
+	att.Conn.SetReadDeadline(time.Time{})
+	pid, perr := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || perr != nil {
+		att.Close()
+		return fmt.Errorf("the terminal's shell did not start: %q: %v", line, errors.Join(err, perr))
+	}
+	p.started, p.execID, p.pid, p.conn = true, cr.ID, pid, &att.HijackedResponse
+	p.eof = make(chan struct{})
+	s.mu.Lock()
+	s.execs[cr.ID] = p
+	s.mu.Unlock()
+	go p.readLoop(att.Reader, p.eof)
+	go p.writeLoop(att.HijackedResponse)
+	return nil
+}
+
+// readLoop passes the terminal's output to every attached client. Output
+// read while no client is attached is lost, as on Daytona.
+func (p *ptySession) readLoop(r *bufio.Reader, eof chan struct{}) {
+	defer close(eof)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			b := append([]byte(nil), buf[:n]...)
+			p.broadcast(wsMsg{typ: websocket.BinaryMessage, data: b})
+			p.sb.touch()
+		}
+		if err != nil {
+			go p.checkExit()
+			return
+		}
+	}
+}
+
+// checkExit learns the exit status once the terminal's output ended (the
+// docker event normally comes first).
+func (p *ptySession) checkExit() {
+	p.mu.Lock()
+	execID := p.execID
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(p.sb.s.ctx, 30*time.Second)
+	defer cancel()
+	code, err := p.sb.s.execExit(ctx, execID)
+	if err != nil {
+		code = -1
+	}
+	p.exited(code)
+}
+
+// writeLoop writes client input to the terminal.
+func (p *ptySession) writeLoop(conn client.HijackedResponse) {
+	for {
+		select {
+		case <-p.done:
+			return
+		case b := <-p.in:
+			if _, err := conn.Conn.Write(b); err != nil {
+				return
+			}
+			p.sb.touch()
+		}
+	}
+}
+
+// broadcast queues a message for every client; a client whose queue is
+// full is dropped.
+func (p *ptySession) broadcast(m wsMsg) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for cl := range p.clients {
+		select {
+		case cl.send <- m:
+		default:
+			delete(p.clients, cl)
+			go cl.drop(websocket.ClosePolicyViolation, "slow consumer")
+		}
+	}
+}
+
+// exited ends the session after its shell exited with code: what the
+// terminal printed before is passed on, then every client gets a close
+// message carrying the exit code, as Daytona's daemon sends it.
+func (p *ptySession) exited(code int) {
+	p.mu.Lock()
+	if p.ended {
+		p.mu.Unlock()
+		return
+	}
+	p.ended = true
+	eof := p.eof
+	p.mu.Unlock()
+	select {
+	case <-eof:
+	case <-time.After(100 * time.Millisecond):
+	}
+	reason := ""
+	switch {
+	case code == 0:
+	case code == 130:
+		reason = "Ctrl+C"
+	case code == 137:
+		reason = "SIGKILL"
+	case code == 143:
+		reason = "SIGTERM"
+	case code > 128:
+		reason = fmt.Sprintf("signal %d", code-128)
+	default:
+		reason = "non-zero exit"
+	}
+	p.closeClients(code, reason)
+	p.remove()
+}
+
+// closeClients sends every client the exit close message after what is
+// already queued for it.
+func (p *ptySession) closeClients(code int, reason string) {
+	type closeData struct {
+		ExitCode   int     `json:"exitCode"`
+		ExitReason *string `json:"exitReason,omitempty"`
+	}
+	cd := closeData{ExitCode: code}
+	wsCode := websocket.CloseNormalClosure
+	if code != 0 {
+		cd.ExitReason = &reason
+		wsCode = websocket.CloseInternalServerErr
+	}
+	payload, _ := json.Marshal(cd)
+	msg := wsMsg{typ: websocket.CloseMessage, data: websocket.FormatCloseMessage(wsCode, string(payload)), close: true}
+	p.mu.Lock()
+	clients := p.clients
+	p.clients = map[*wsClient]bool{}
+	p.mu.Unlock()
+	for cl := range clients {
+		select {
+		case cl.send <- msg:
+		case <-time.After(2 * time.Second):
+			cl.drop(wsCode, string(payload))
+		}
+	}
+}
+
+// kill ends the session at once (DELETE): SIGKILL to the shell's tree.
+func (p *ptySession) kill() {
+	p.mu.Lock()
+	pid, started, ended := p.pid, p.started, p.ended
+	p.mu.Unlock()
+	if started && !ended {
+		ctx, cancel := context.WithTimeout(p.sb.s.ctx, 10*time.Second)
+		p.sb.killTree(ctx, pid, "KILL")
+		cancel()
+	}
+	p.mu.Lock()
+	if p.ended {
+		p.mu.Unlock()
+		return
+	}
+	p.ended = true
+	p.mu.Unlock()
+	p.closeClients(137, "SIGKILL")
+	p.remove()
+}
+
+// remove forgets the session and releases its terminal.
+func (p *ptySession) remove() {
+	s := p.sb.s
+	s.mu.Lock()
+	if s2 := p.sb.ptys[p.id]; s2 == p {
+		delete(p.sb.ptys, p.id)
+	}
+	p.mu.Lock()
+	if p.execID != "" {
+		delete(s.execs, p.execID)
+	}
+	conn := p.conn
+	p.conn = nil
+	p.ended = true
+	p.mu.Unlock()
+	s.mu.Unlock()
+	select {
+	case <-p.done:
+	default:
+		close(p.done)
+	}
+	if conn != nil {
+		conn.Close()
+	}
+}
+
+// closePTYs ends every session of the sandbox. abrupt drops the
+// connections without a close message (the sandbox's daemon died with
+// its container).
+func (sb *sandbox) closePTYs(abrupt bool) {
+	sb.s.mu.Lock()
+	all := make([]*ptySession, 0, len(sb.ptys))
+	for _, p := range sb.ptys {
+		all = append(all, p)
+	}
+	sb.s.mu.Unlock()
+	for _, p := range all {
+		p.mu.Lock()
+		p.ended = true
+		clients := p.clients
+		p.clients = map[*wsClient]bool{}
+		p.mu.Unlock()
+		for cl := range clients {
+			if abrupt {
+				cl.conn.NetConn().Close()
+			} else {
+				cl.drop(websocket.CloseGoingAway, "sandbox stopped")
+			}
+		}
+		p.remove()
+	}
+}
+
+// drop closes a client with a close message written out of band.
+func (cl *wsClient) drop(code int, text string) {
+	cl.once.Do(func() {
+		cl.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
+		cl.conn.Close()
+	})
+}
+
+// writer sends a client its queued messages in order.
+func (cl *wsClient) writer(done <-chan struct{}) {
+	for {
+		select {
+		case m := <-cl.send:
+			cl.conn.SetWriteDeadline(time.Now().Add(ptyWriteWait))
+			err := cl.conn.WriteMessage(m.typ, m.data)
+			if err != nil || m.close {
+				cl.once.Do(func() { cl.conn.Close() })
+				return
+			}
+		case <-done:
+			return
+		}
+	}
+}
+
+var ptyUpgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
+
+// controlMessage is the daemon's text message about the connection.
+func controlMessage(status, errText string) []byte {
+	m := map[string]string{"type": "control", "status": status}
+	if errText != "" {
+		m["error"] = errText
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// connectPTY is GET /process/pty/{id}/connect: the websocket carrying the
+// terminal. Output arrives as binary messages; text and binary messages
+// from the client are typed into the terminal; the connection opens with a
+// {"type":"control","status":"connected"} text message and ends, when the
+// shell exits, with a close message whose text is
+// {"exitCode":N,"exitReason":"..."}.
+func (s *Server) connectPTY(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	id := r.PathValue("sessionId")
+	ws, err := ptyUpgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered
+	}
+	fail := func(msg string) {
+		ws.WriteMessage(websocket.TextMessage, controlMessage("error", "Failed to connect to PTY session: "+msg))
+		ws.Close()
+	}
+	s.mu.Lock()
+	p := sb.ptys[id]
+	s.mu.Unlock()
+	if p == nil {
+		fail("session not found")
+		return
+	}
+	if err := p.start(s.ctx); err != nil {
+		fail(err.Error())
+		return
+	}
+	cl := &wsClient{conn: ws, send: make(chan wsMsg, ptyClientQueue)}
+	p.mu.Lock()
+	if p.ended {
+		p.mu.Unlock()
+		fail("PTY session has ended")
+		return
+	}
+	p.clients[cl] = true
+	cl.send <- wsMsg{typ: websocket.TextMessage, data: controlMessage("connected", "")}
+	p.mu.Unlock()
+	go cl.writer(p.done)
+
+	ws.SetReadLimit(ptyReadLimit)
+	for {
+		_, data, err := ws.ReadMessage()
+		if err != nil {
+			break
+		}
+		select {
+		case p.in <- data:
+		case <-p.done:
+			cl.drop(websocket.CloseInternalServerErr, "PTY session unavailable")
+		}
+	}
+	p.mu.Lock()
+	delete(p.clients, cl)
+	p.mu.Unlock()
+	cl.once.Do(func() { ws.Close() })
+}
+
+// resizePTY is POST /process/pty/{id}/resize.
+func (s *Server) resizePTY(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	p := s.ptyFor(w, r, sb)
+	if p == nil {
+		return
+	}
+	var req toolbox.PtyResizeRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		toolboxError(w, r, http.StatusBadRequest, toolbox.DAEMONERRORCODE_CodeInvalidRequestBody, err.Error())
+		return
+	}
+	if req.Cols < 1 || req.Cols > 1000 || req.Rows < 1 || req.Rows > 1000 {
+		toolboxError(w, r, http.StatusBadRequest, toolbox.DAEMONERRORCODE_CodeBadRequest, "cols and rows must be from 1 to 1000")
+		return
+	}
+	p.mu.Lock()
+	active := p.started && !p.ended
+	execID := p.execID
+	p.mu.Unlock()
+	if !active {
+		toolboxError(w, r, http.StatusGone, toolbox.DAEMONERRORCODE_CodeGone, "cannot resize inactive PTY session")
+		return
+	}
+	if _, err := s.docker.ExecResize(r.Context(), execID, client.ExecResizeOptions{Height: uint(req.Rows), Width: uint(req.Cols)}); err != nil {
+		toolboxError(w, r, http.StatusInternalServerError, toolbox.DAEMONERRORCODE_CodeInternalServerError, err.Error())
+		return
+	}
+	p.mu.Lock()
+	p.cols, p.rows = int(req.Cols), int(req.Rows)
+	p.mu.Unlock()
+	writeJSON(w, http.StatusOK, p.info())
+}
+
+// deletePTY is DELETE /process/pty/{id}: it kills the shell's tree.
+func (s *Server) deletePTY(w http.ResponseWriter, r *http.Request, sb *sandbox) {
+	p := s.ptyFor(w, r, sb)
+	if p == nil {
+		return
+	}
+	p.kill()
+	writeJSON(w, http.StatusOK, map[string]string{"message": "PTY session deleted"})
+}
+
+// watchExecs learns when PTY shells exit, from the daemon's exec_die
+// events for the fake's containers, and runs the auto-stop check.
+func (s *Server) watchExecs(ctx context.Context) {
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	since := time.Now()
+	for ctx.Err() == nil {
+		sub, cancel := context.WithCancel(ctx)
+		ev := s.docker.Events(sub, client.EventsListOptions{
+			Since: strconv.FormatInt(since.Unix(), 10),
+			Filters: make(client.Filters).
+				Add("type", string(events.ContainerEventType)).
+				Add("event", "exec_die").
+				Add("label", labelInstance+"="+s.inst),
+		})
+	loop:
+		for {
+			select {
+			case m, ok := <-ev.Messages:
+				if !ok {
+					break loop
+				}
+				since = time.Unix(0, m.TimeNano).Add(-time.Second)
+				code, err := strconv.Atoi(m.Actor.Attributes["exitCode"])
+				if err != nil {
+					code = -1
+				}
+				s.mu.Lock()
+				p := s.execs[m.Actor.Attributes["execID"]]
+				s.mu.Unlock()
+				if p != nil {
+					go p.exited(code)
+				}
+			case <-ev.Err:
+				break loop
+			case now := <-tick.C:
+				s.autoStop(now)
+			case <-ctx.Done():
+				cancel()
+				return
+			}
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package daytonafake
+
+import (
+	"log/slog"
+	"os"
+	"testing"
+
+	apiclient "github.com/daytona/clients/api-client-go"
+	toolbox "github.com/daytona/clients/toolbox-api-client-go"
+
+	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
+)
+
+// Start starts a fake for a test on the real Docker daemon, with the test
+// image (dockerenv.Image) as the image of sandboxes created without one.
+// It is closed, and everything it created removed, when the test ends. Like
+// dockerenv.Require it skips without a daemon, and fails instead when CI
+// is set.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	cli := dockerenv.Require(t)
+	img := dockerenv.Image(t)
+	s, err := New(Options{Docker: cli, DefaultImage: img, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("daytonafake: close: %v", err)
+		}
+	})
+	return s
+}
+
+// APIClient returns Daytona's generated control-plane client pointed at
+// the fake and authenticating with key.
+func (s *Server) APIClient(key string) *apiclient.APIClient {
+	cfg := apiclient.NewConfiguration()
+	cfg.Servers = apiclient.ServerConfigurations{{URL: s.APIURL()}}
+	cfg.AddDefaultHeader("Authorization", "Bearer "+key)
+	return apiclient.NewAPIClient(cfg)
+}
+
+// ToolboxClient returns Daytona's generated toolbox client for a sandbox of
+// the fake, authenticating with key.
+func (s *Server) ToolboxClient(sandboxID, key string) *toolbox.APIClient {
+	cfg := toolbox.NewConfiguration()
+	cfg.Servers = toolbox.ServerConfigurations{{URL: s.ToolboxProxyURL() + "/" + sandboxID}}
+	cfg.AddDefaultHeader("Authorization", "Bearer "+key)
+	return toolbox.NewAPIClient(cfg)
+}
+
+// testLogger logs the fake's diagnostics to stderr when DAYTONAFAKE_DEBUG
+// is set, and discards them otherwise (goroutines of the fake may outlive
+// a test, so they never log through t).
+func testLogger(testing.TB) *slog.Logger {
+	if os.Getenv("DAYTONAFAKE_DEBUG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
