@@ -557,12 +557,43 @@ func TestParseCommand(t *testing.T) {
 		`echo hi`:            {"echo", "hi"},
 		`  a   b `:           {"a", "b"},
 		`sh -c 'echo "x y"'`: {"sh", "-c", `echo "x y"`},
-		`a "" b`:             {"a", "", "b"},
+		`a "" b`:             {"a", "b"},
 		`printf '%s\n' it's`: {"printf", `%s\n`, "its"},
 	} {
 		got := parseCommand(in)
 		if strings.Join(got, "|") != strings.Join(want, "|") || len(got) != len(want) {
 			t.Errorf("parseCommand(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestPTYOutputBeforeClose checks that everything a shell printed before
+// it exited reaches the client ahead of the close message.
+func TestPTYOutputBeforeClose(t *testing.T) {
+	s := Start(t)
+	sb := create(t, s, apiclient.NewCreateSandbox())
+	tb := s.ToolboxClient(sb.Id, s.APIKey())
+	req := toolbox.NewPtyCreateRequest()
+	req.SetId("bulk")
+	if _, _, err := tb.ProcessAPI.CreatePtySession(ctxT(t)).Request(*req).Execute(); err != nil {
+		t.Fatal(err)
+	}
+	ws := ptyConn(t, s, sb.Id, "bulk")
+	ws.WriteMessage(websocket.BinaryMessage, []byte("head -c 2000000 /dev/zero; exit 5\n"))
+	zeros := 0
+	ws.SetReadDeadline(time.Now().Add(60 * time.Second))
+	for {
+		_, msg, err := ws.ReadMessage()
+		if err != nil {
+			var ce *websocket.CloseError
+			if !errors.As(err, &ce) || !strings.Contains(ce.Text, `"exitCode":5`) {
+				t.Fatalf("end: %v", err)
+			}
+			break
+		}
+		zeros += bytes.Count(msg, []byte{0})
+	}
+	if zeros != 2000000 {
+		t.Fatalf("got %d of the 2000000 bytes before the close", zeros)
 	}
 }

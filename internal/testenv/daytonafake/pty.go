@@ -25,7 +25,7 @@ const (
 	ptyInputQueue  = 1024
 	ptyClientQueue = 256
 	ptyWriteWait   = 10 * time.Second
-	ptyReadLimit   = 1 << 20
+	ptyReadLimit   = 64 << 10
 )
 
 // ptyWrapper starts a PTY session's shell: it reports its pid on the first
@@ -260,20 +260,40 @@ func (p *ptySession) writeLoop(conn client.HijackedResponse) {
 	}
 }
 
-// broadcast queues a message for every client; a client whose queue is
-// full is dropped.
+// broadcast queues a message for every client. Daytona's daemon drops a
+// client whose queue is full at once; the fake waits up to slowConsumer for
+// room first, because its own writer shares the test process (and the race
+// detector's cost) with the client: dropping on a momentary full queue would
+// measure the fake, not the client. A client that stays behind that long is
+// dropped as the daemon drops it.
 func (p *ptySession) broadcast(m wsMsg) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	clients := make([]*wsClient, 0, len(p.clients))
 	for cl := range p.clients {
+		clients = append(clients, cl)
+	}
+	p.mu.Unlock()
+	for _, cl := range clients {
 		select {
 		case cl.send <- m:
+			continue
 		default:
+		}
+		t := time.NewTimer(slowConsumer)
+		select {
+		case cl.send <- m:
+			t.Stop()
+		case <-t.C:
+			p.mu.Lock()
 			delete(p.clients, cl)
+			p.mu.Unlock()
 			go cl.drop(websocket.ClosePolicyViolation, "slow consumer")
 		}
 	}
 }
+
+// slowConsumer is how long a client's full queue may stay full.
+const slowConsumer = 2 * time.Second
 
 // exited ends the session after its shell exited with code: what the
 // terminal printed before is passed on, then every client gets a close
@@ -419,19 +439,37 @@ func (cl *wsClient) drop(code int, text string) {
 	})
 }
 
-// writer sends a client its queued messages in order.
+// writer sends a client its queued messages in order. When the session
+// ends it still sends what was queued before (the exit close message
+// among it), then stops.
 func (cl *wsClient) writer(done <-chan struct{}) {
+	send := func(m wsMsg) bool {
+		cl.conn.SetWriteDeadline(time.Now().Add(ptyWriteWait))
+		err := cl.conn.WriteMessage(m.typ, m.data)
+		if err != nil || m.close {
+			cl.once.Do(func() { cl.conn.Close() })
+			return false
+		}
+		return true
+	}
 	for {
 		select {
 		case m := <-cl.send:
-			cl.conn.SetWriteDeadline(time.Now().Add(ptyWriteWait))
-			err := cl.conn.WriteMessage(m.typ, m.data)
-			if err != nil || m.close {
-				cl.once.Do(func() { cl.conn.Close() })
+			if !send(m) {
 				return
 			}
 		case <-done:
-			return
+			for {
+				select {
+				case m := <-cl.send:
+					if !send(m) {
+						return
+					}
+				default:
+					cl.once.Do(func() { cl.conn.Close() })
+					return
+				}
+			}
 		}
 	}
 }

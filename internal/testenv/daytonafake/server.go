@@ -34,6 +34,12 @@
 //     files. A toolbox call to a sandbox that is not started fails as the
 //     Daytona proxy does: 400 "Is the Sandbox started?" when stopped, 404
 //     when archived or unknown.
+//   - PTY sessions keep the daemon's limits: 64 KiB per client message, a
+//     queue of 256 output messages per client, output read while no client
+//     is attached is lost. One deliberate difference: the daemon drops a
+//     client the moment its queue is full; the fake waits 2 s for room
+//     first, since its own writer runs in the test process beside the
+//     client (see ptySession.broadcast).
 //   - Every call needs "Authorization: Bearer <key>" with the server's API
 //     key, or its JWT token plus the X-Daytona-Organization-ID header; a
 //     wrong key gets 401. Unknown ids and names get 404.
@@ -112,6 +118,7 @@ type Server struct {
 	sandboxes map[string]*sandbox    // by id
 	execs     map[string]*ptySession // PTY shells by docker exec id
 	requests  []Request
+	toolboxN  int // toolbox calls received
 	closed    bool
 }
 
@@ -191,6 +198,14 @@ func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Request(nil), s.requests...)
+}
+
+// ToolboxCalls returns how many toolbox calls (HTTP requests and websocket
+// connects) the fake received so far.
+func (s *Server) ToolboxCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.toolboxN
 }
 
 // Close stops serving and removes every container and archive image of the

@@ -36,6 +36,9 @@ func toolboxError(w http.ResponseWriter, r *http.Request, code int, dcode toolbo
 // stopped or between states.
 func (s *Server) toolboxAuth(h func(http.ResponseWriter, *http.Request, *sandbox)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.toolboxN++
+		s.mu.Unlock()
 		if !s.authorized(r) {
 			toolboxError(w, r, http.StatusUnauthorized, toolbox.DAEMONERRORCODE_CodeUnauthorized, "unauthorized: invalid credentials")
 			return
@@ -172,30 +175,28 @@ func (sb *sandbox) killTree(ctx context.Context, pid int, sig string) {
 }
 
 // parseCommand splits a command line as Daytona's daemon does: on spaces
-// outside quotes, with quotes removed and no other shell syntax.
+// outside quotes, with quotes removed, empty words dropped, and no other
+// shell syntax.
 func parseCommand(cmd string) []string {
 	var args []string
 	var cur strings.Builder
 	var quote rune
-	has := false
 	for _, r := range cmd {
 		switch {
 		case (r == '"' || r == '\'') && quote == 0:
-			quote, has = r, true
+			quote = r
 		case r == quote:
 			quote = 0
 		case r == ' ' && quote == 0:
-			if cur.Len() > 0 || has {
+			if cur.Len() > 0 {
 				args = append(args, cur.String())
 			}
 			cur.Reset()
-			has = false
 		default:
 			cur.WriteRune(r)
-			has = true
 		}
 	}
-	if cur.Len() > 0 || has {
+	if cur.Len() > 0 {
 		args = append(args, cur.String())
 	}
 	return args

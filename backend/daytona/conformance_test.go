@@ -1,0 +1,47 @@
+package daytona
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/backendtest"
+	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/testenv/daytonafake"
+)
+
+// TestConformance is the daytona backend's one entry into berth's suite,
+// through Daytona's real generated clients against the fake Daytona (real
+// containers behind its API and toolbox): a fresh throwaway sandbox per
+// test, persistent sandboxes for the Persistence group, and the
+// daytona-only tests as the Internal group.
+func TestConformance(t *testing.T) {
+	fake := daytonafake.Start(t)
+	backendtest.Run(t, func(t testing.TB) backend.Backend {
+		return newBackend(t, testOptions(t, fake, nil, nil))
+	}, backendtest.Options{
+		Reopen: func(t testing.TB, key string) backend.Backend {
+			opts := testOptions(t, fake, func(c *config.Terminal) { c.ContainerPersistent = true }, nil)
+			opts.Key = key
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				envAdmin{}.Remove(ctx, opts, key)
+			})
+			return newBackend(t, opts)
+		},
+		KeptDir: "/root",
+		Internal: func(t *testing.T) {
+			for _, c := range internalTests {
+				t.Run(c.name, func(t *testing.T) { c.fn(t, fake) })
+			}
+		},
+	})
+}
+
+// internalTests are the daytona backend's own tests, run inside the suite.
+var internalTests []struct {
+	name string
+	fn   func(*testing.T, *daytonafake.Server)
+}

@@ -1,0 +1,461 @@
+// Package daytona is the backend that runs commands in a Daytona sandbox:
+// a managed workspace that sleeps (stops or archives) when idle and wakes
+// on demand, so a small machine can drive real compute.
+//
+// It uses Daytona's generated Go clients (api-client-go and
+// toolbox-api-client-go v0.201.0) rather than the Go SDK: the generated
+// clients have no dependencies of their own, while the SDK pulls in the AWS
+// SDK, OpenTelemetry, gRPC and a socket.io event client, and its PTY handle
+// (a channel of chunks that drops nothing but cannot push back) adds
+// nothing berth needs. The PTY websocket is spoken directly with
+// gorilla/websocket, the library Daytona's daemon and SDK use for it.
+//
+// One sandbox per environment key, named berth-<key> and labelled with the
+// key and its owner (the berth process that created it), built from
+// daytona_image, with container_cpu cores, container_memory and
+// container_disk rounded up to whole GiB (the disk capped at Daytona's 10
+// GiB, with a warning), auto-stop off while berth holds it, and no network
+// when docker_network is false.
+//
+// Every process — the session's persistent shell, the kill script, a
+// background job — runs on its own PTY session of the toolbox, streamed
+// both ways over one websocket (see pty.go): a trivial command of the
+// persistent shell costs one round trip, not the reference's state check
+// plus a blocking one-shot execute. Timeouts and interrupts run the kill
+// script inside the sandbox like on every backend; the sandbox keeps
+// running.
+//
+// Sleep and wake: with container_persistent, Close stops the sandbox (its
+// filesystem is kept) and the next berth starts it again by name. A
+// process that cannot start because the sandbox went to sleep meanwhile (a
+// toolbox call fails) wakes it — one state check after the failure, none
+// before each command — and the session restores its cwd and exported
+// variables in the new shell; environment_recreated is reported only when
+// the sandbox was gone and a new one had to be created. Without
+// container_persistent, Close deletes the sandbox.
+//
+// env_passthrough and docker_forward_env never go into the sandbox's
+// definition (its env or labels): SessionEnv hands them to the session,
+// which exports them over the shell's input. Large files go through the
+// toolbox's upload call (WriteFile).
+//
+// Credentials: DAYTONA_API_KEY, or DAYTONA_JWT_TOKEN with
+// DAYTONA_ORGANIZATION_ID; DAYTONA_API_URL (default Daytona's cloud) and
+// DAYTONA_TARGET (region) are optional. All are read from berth's
+// environment or the .env file beside the config.
+package daytona
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	apiclient "github.com/daytona/clients/api-client-go"
+	toolbox "github.com/daytona/clients/toolbox-api-client-go"
+
+	"github.com/a55dbaac/berth/backend"
+)
+
+// Name is the backend's registered name.
+const Name = "daytona"
+
+func init() {
+	backend.Register(backend.Registration{
+		Name:        Name,
+		Description: "a Daytona sandbox per environment that sleeps when idle, through Daytona's API and toolbox",
+		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
+			return New(ctx, opts)
+		},
+		Doctor: Doctor,
+		Envs:   envAdmin{},
+	})
+}
+
+// ErrClosed is returned by Start after Close.
+var ErrClosed = errors.New("daytona: backend closed")
+
+// Backend is one environment: a Daytona sandbox and the processes started
+// in it. It is safe for concurrent use.
+type Backend struct {
+	creds      credentials
+	hc         *http.Client
+	api        *apiclient.APIClient
+	spec       *spec
+	sessionEnv map[string]string
+	log        *slog.Logger
+
+	wake sync.Mutex // serialises waking and recreating the sandbox
+
+	mu        sync.Mutex
+	sandbox   sandboxRef
+	closed    bool
+	recreated bool
+	procs     map[*ptyProc]struct{} // processes not yet ended
+	spare     *ptyProc              // a ready PTY session for the next Start
+	spareGen  int                   // the sandbox generation the spare belongs to
+	refilling bool
+}
+
+// sandboxRef is the sandbox the backend currently uses.
+type sandboxRef struct {
+	id  string
+	gen int // bumped whenever the sandbox is woken or replaced
+	tb  *toolbox.APIClient
+}
+
+// Interface checks.
+var (
+	_ backend.Backend       = (*Backend)(nil)
+	_ backend.Recreator     = (*Backend)(nil)
+	_ backend.SessionEnver  = (*Backend)(nil)
+	_ backend.FileWriter    = (*Backend)(nil)
+	_ backend.OneShotRunner = (*Backend)(nil)
+)
+
+// New reads the credentials, then finds the environment's sandbox by name
+// and starts it if it sleeps, or creates it. Missing credentials, a
+// rejected key (*AuthError) and an unreachable API (*backend.UnreachableError)
+// are errors that name the variable to fix.
+func New(ctx context.Context, opts backend.Options) (*Backend, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	creds, err := loadCredentials(opts.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	log = log.With("backend", Name, "key", opts.Key)
+	sp, err := buildSpec(opts, creds.target, log)
+	if err != nil {
+		return nil, err
+	}
+	hc := httpClient()
+	b := &Backend{
+		creds:      creds,
+		hc:         hc,
+		api:        creds.apiClient(hc),
+		spec:       sp,
+		sessionEnv: sessionEnv(opts),
+		log:        log,
+		procs:      map[*ptyProc]struct{}{},
+	}
+	b.reapOnce(ctx)
+	sb, created, err := b.ensure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.adopt(ctx, sb); err != nil {
+		return nil, err
+	}
+	// The first process (the session's shell) is prepared now: it proves
+	// the toolbox works for this sandbox, and the first command finds it
+	// ready.
+	b.mu.Lock()
+	ref := b.sandbox
+	b.mu.Unlock()
+	spare, err := openPTY(ctx, ref.tb, hc, log)
+	if err != nil {
+		b.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("daytona: open a terminal in sandbox %s: %w", sp.Name, err)
+	}
+	b.mu.Lock()
+	b.spare, b.spareGen = spare, ref.gen
+	b.mu.Unlock()
+	if created {
+		log.Debug("daytona: sandbox created", "sandbox", sp.Name, "id", sb.Id)
+	}
+	return b, nil
+}
+
+// adopt makes sb the backend's sandbox, turning auto-stop off if someone
+// turned it on: berth stops the sandbox itself when it lets go of it.
+func (b *Backend) adopt(ctx context.Context, sb *apiclient.Sandbox) error {
+	if sb.GetAutoStopInterval() != 0 {
+		if _, resp, err := b.api.SandboxAPI.SetAutostopInterval(ctx, sb.Id, 0).Execute(); err != nil {
+			return b.creds.apiErr(err, resp, "turn auto-stop off for sandbox %s", sb.Name)
+		}
+	}
+	b.mu.Lock()
+	b.sandbox = sandboxRef{id: sb.Id, gen: b.sandbox.gen + 1, tb: b.creds.toolboxClient(b.hc, sb.ToolboxProxyUrl, sb.Id)}
+	b.mu.Unlock()
+	return nil
+}
+
+// sessionEnv looks up the env_passthrough and docker_forward_env names.
+// Unset names are skipped.
+func sessionEnv(opts backend.Options) map[string]string {
+	getenv := opts.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	env := map[string]string{}
+	for _, names := range [][]string{opts.Config.EnvPassthrough, opts.Config.DockerForwardEnv} {
+		for _, n := range names {
+			if v := getenv(n); v != "" {
+				env[n] = v
+			}
+		}
+	}
+	return env
+}
+
+// Name returns "daytona".
+func (b *Backend) Name() string { return Name }
+
+// SandboxID returns the id of the environment's current sandbox.
+func (b *Backend) SandboxID() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sandbox.id
+}
+
+// SandboxName returns the environment's sandbox name (berth-<key>).
+func (b *Backend) SandboxName() string { return b.spec.Name }
+
+// SessionEnv returns the env_passthrough and docker_forward_env variables
+// with their values, for the session to export over the shell's input.
+// They never appear in the sandbox's definition.
+func (b *Backend) SessionEnv() map[string]string {
+	out := make(map[string]string, len(b.sessionEnv))
+	for k, v := range b.sessionEnv {
+		out[k] = v
+	}
+	return out
+}
+
+// Recreated reports, once, whether the sandbox was gone (deleted, or
+// failed) and a new one, with an empty filesystem, replaced it. Waking a
+// stopped or archived sandbox keeps its filesystem and is not reported.
+func (b *Backend) Recreated() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.recreated
+	b.recreated = false
+	return r
+}
+
+// Start runs spec in the sandbox on a PTY session of its own. When the
+// sandbox turns out to be asleep (stopped or archived from outside) or gone,
+// it is woken or recreated once and the start is tried again.
+func (b *Backend) Start(ctx context.Context, spec backend.ProcSpec) (backend.Process, error) {
+	if len(spec.Argv) == 0 {
+		return nil, errors.New("daytona: start: empty argv")
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, ErrClosed
+	}
+	ref := b.sandbox
+	b.mu.Unlock()
+	if p := b.takeSpare(ref.gen); p != nil {
+		if err := p.launch(spec); err == nil {
+			b.refill()
+			return b.track(p), nil
+		}
+		p.Close() // it died idle (the sandbox slept): start afresh below
+	}
+	p, err := startPTY(ctx, ref.tb, b.hc, spec, b.log)
+	if err == nil {
+		b.refill()
+		return b.track(p), nil
+	}
+	if ctx.Err() != nil || !mayBeAsleep(err) {
+		return nil, b.startErr(spec, err)
+	}
+	woke, werr := b.wakeUp(ctx, ref.gen)
+	if werr != nil {
+		return nil, werr
+	}
+	if !woke {
+		return nil, b.startErr(spec, err)
+	}
+	b.mu.Lock()
+	ref = b.sandbox
+	b.mu.Unlock()
+	p, err = startPTY(ctx, ref.tb, b.hc, spec, b.log)
+	if err != nil {
+		return nil, b.startErr(spec, err)
+	}
+	b.refill()
+	return b.track(p), nil
+}
+
+// takeSpare returns the ready PTY session when it belongs to generation
+// gen and is still alive, or nil.
+func (b *Backend) takeSpare(gen int) *ptyProc {
+	b.mu.Lock()
+	p := b.spare
+	ok := p != nil && b.spareGen == gen
+	b.spare = nil
+	b.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	if !ok || p.exited() {
+		p.discard()
+		return nil
+	}
+	return p
+}
+
+// refill prepares the next ready PTY session in the background, so the
+// next Start (a kill script, a background job, a new shell) costs one
+// message instead of a session creation, a websocket handshake and a login
+// shell's start: what a timeout or an interrupt waits for.
+func (b *Backend) refill() {
+	b.mu.Lock()
+	if b.closed || b.spare != nil || b.refilling {
+		b.mu.Unlock()
+		return
+	}
+	b.refilling = true
+	ref := b.sandbox
+	b.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		defer cancel()
+		p, err := openPTY(ctx, ref.tb, b.hc, b.log)
+		b.mu.Lock()
+		b.refilling = false
+		if err != nil || b.closed || b.sandbox.gen != ref.gen || b.spare != nil {
+			b.mu.Unlock()
+			if err != nil {
+				b.log.Debug("daytona: preparing a spare PTY session failed", "err", err)
+			} else {
+				p.discard()
+			}
+			return
+		}
+		b.spare, b.spareGen = p, ref.gen
+		b.mu.Unlock()
+	}()
+}
+
+func (b *Backend) startErr(spec backend.ProcSpec, err error) error {
+	if isConnErr(err) {
+		return &backend.UnreachableError{Backend: Name, Target: b.creds.apiURL, Err: err, Hint: "check " + EnvAPIURL + " and the network"}
+	}
+	return fmt.Errorf("daytona: start %q in sandbox %s: %w", spec.Argv[0], b.spec.Name, err)
+}
+
+// mayBeAsleep reports whether a failed start may be a sandbox that went to
+// sleep or away: the toolbox refused (400 "is the sandbox started?", 404,
+// 409, 410, 5xx) or could not be reached. Rejected credentials and a
+// missing stty are not.
+func mayBeAsleep(err error) bool {
+	var ae *AuthError
+	if errors.As(err, &ae) || errors.Is(err, errNoStty) {
+		return false
+	}
+	var api *APIError
+	if errors.As(err, &api) {
+		return api.Status != http.StatusUnauthorized && api.Status != http.StatusForbidden
+	}
+	return true
+}
+
+// track remembers a live process until it ends.
+func (b *Backend) track(p *ptyProc) *ptyProc {
+	b.mu.Lock()
+	b.procs[p] = struct{}{}
+	b.mu.Unlock()
+	go func() {
+		<-p.done
+		select {
+		case <-p.closed:
+		case <-time.After(backend.WaitDelay + time.Second):
+		}
+		b.mu.Lock()
+		delete(b.procs, p)
+		b.mu.Unlock()
+	}()
+	return p
+}
+
+// wakeUp brings the sandbox back after a start failed on generation gen:
+// it checks the sandbox's state once, starts it when it sleeps, or creates
+// a new one when it is gone. woke is false when the sandbox was running
+// all along (the failure was something else).
+func (b *Backend) wakeUp(ctx context.Context, gen int) (woke bool, err error) {
+	b.wake.Lock()
+	defer b.wake.Unlock()
+	b.mu.Lock()
+	cur := b.sandbox
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return false, ErrClosed
+	}
+	if cur.gen != gen {
+		return true, nil // woken by another caller meanwhile
+	}
+	sb, err := b.get(ctx, cur.id)
+	switch {
+	case errors.Is(err, errGone):
+		b.log.Warn("daytona: the sandbox is gone; creating a new one (its files are lost)", "sandbox", b.spec.Name)
+	case err != nil:
+		return false, err
+	case sb.GetState() == apiclient.SANDBOXSTATE_STARTED:
+		return false, nil
+	default:
+		b.log.Info("daytona: the sandbox is asleep; waking it", "sandbox", b.spec.Name, "state", sb.GetState())
+	}
+	nsb, created, err := b.ensure(ctx)
+	if err != nil {
+		return false, err
+	}
+	if err := b.adopt(ctx, nsb); err != nil {
+		return false, err
+	}
+	if created || nsb.Id != cur.id {
+		b.mu.Lock()
+		b.recreated = true
+		b.mu.Unlock()
+	}
+	return true, nil
+}
+
+// Close releases the environment: a persistent sandbox is stopped (its
+// filesystem kept for the next berth, which starts it again), a throwaway
+// one is deleted. Processes still attached are closed first. It is
+// idempotent.
+func (b *Backend) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	id := b.sandbox.id
+	procs := make([]*ptyProc, 0, len(b.procs))
+	for p := range b.procs {
+		procs = append(procs, p)
+	}
+	spare := b.spare
+	b.spare = nil
+	b.mu.Unlock()
+	for _, p := range procs {
+		p.Close()
+	}
+	if spare != nil {
+		spare.discard()
+	}
+	defer b.hc.CloseIdleConnections()
+	if b.spec.Persistent {
+		if err := b.stop(ctx, id); err != nil {
+			return fmt.Errorf("daytona: stop sandbox %s: %w", b.spec.Name, err)
+		}
+		return nil
+	}
+	if err := b.delete(ctx, id, false); err != nil {
+		return fmt.Errorf("daytona: delete sandbox %s: %w", b.spec.Name, err)
+	}
+	return nil
+}

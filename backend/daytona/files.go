@@ -1,0 +1,190 @@
+package daytona
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+
+	toolbox "github.com/daytona/clients/toolbox-api-client-go"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/internal/randhex"
+)
+
+// finishScript turns an uploaded temporary file ($1) into the file $2:
+// exactly $3 bytes, mode $4 (octal) less the umask, and only if $2 does not
+// exist yet (a hard link cannot replace a file). On any failure the
+// temporary file is removed. It holds no single quote: it travels inside
+// one on the toolbox's execute call.
+const finishScript = `t=$1
+s=$(($(wc -c <"$t"))) || { rm -f "$t"; exit 3; }
+if [ "$s" -ne "$3" ]; then rm -f "$t"; echo "wrote $s of $3 bytes" >&2; exit 4; fi
+m=$(printf %o $((0$4 & ~0$(umask))))
+chmod "$m" "$t" || { rm -f "$t"; exit 5; }
+if ln "$t" "$2" 2>/dev/null; then rm -f "$t"; exit 0; fi
+rm -f "$t"
+echo "$2 exists or cannot be created" >&2
+exit 6`
+
+// WriteFile implements backend.FileWriter through the toolbox's file API:
+// the bytes are uploaded to a temporary file beside name in one request,
+// and one execute call checks the size, sets the mode and links the file
+// into place (refusing to replace an existing one). A path the execute
+// call cannot carry (holding both kinds of quotes) is declined with
+// backend.ErrUnsupported.
+func (b *Backend) WriteFile(ctx context.Context, name string, r io.Reader, size int64, perm os.FileMode) error {
+	if !path.IsAbs(name) {
+		return fmt.Errorf("daytona: write %s: not an absolute path", name)
+	}
+	tmp := path.Join(path.Dir(name), ".berth-up-"+randhex.String(8))
+	finish, ok := execLine([]string{"/bin/sh", "-c", finishScript, "berth-fw", tmp, name, strconv.FormatInt(size, 10), strconv.FormatUint(uint64(perm.Perm()), 8)})
+	if !ok {
+		return fmt.Errorf("daytona: write %s: %w (the path holds both kinds of quotes, which the toolbox's execute call cannot carry)", name, backend.ErrUnsupported)
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	ref := b.sandbox
+	b.mu.Unlock()
+
+	err := b.upload(ctx, ref.tb, tmp, r, size)
+	if err != nil && ctx.Err() == nil && statusOf(err) != 0 && mayBeAsleep(err) {
+		// The only retry: a sandbox that fell asleep gets the bytes after
+		// it woke, provided the reader had not been consumed yet.
+		if woke, werr := b.wakeUp(ctx, ref.gen); werr == nil && woke {
+			if seeker, ok := r.(io.Seeker); ok {
+				if _, serr := seeker.Seek(0, io.SeekStart); serr == nil {
+					b.mu.Lock()
+					ref = b.sandbox
+					b.mu.Unlock()
+					err = b.upload(ctx, ref.tb, tmp, r, size)
+				}
+			}
+		}
+	}
+	if err != nil {
+		if rm, ok := execLine([]string{"rm", "-f", tmp}); ok {
+			b.execute(context.WithoutCancel(ctx), ref.tb, rm)
+		}
+		return fmt.Errorf("daytona: write %s: %w", name, err)
+	}
+	res, err := b.execute(ctx, ref.tb, finish)
+	if err != nil {
+		return fmt.Errorf("daytona: write %s: %w", name, err)
+	}
+	if res.GetExitCode() != 0 {
+		return fmt.Errorf("daytona: write %s: %s (exit %d)", name, strings.TrimSpace(res.Result), res.GetExitCode())
+	}
+	return nil
+}
+
+// upload sends exactly size bytes of r to the file at p (POST
+// /files/upload-v2 with a raw body).
+func (b *Backend) upload(ctx context.Context, tb *toolbox.APIClient, p string, r io.Reader, size int64) error {
+	cfg := tb.GetConfig()
+	u := cfg.Servers[0].URL + "/files/upload-v2?path=" + url.QueryEscape(p)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, io.LimitReader(r, size))
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	if size == 0 {
+		req.Body = http.NoBody
+	}
+	for k, v := range cfg.DefaultHeader {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		if isConnErr(err) {
+			return &backend.UnreachableError{Backend: Name, Target: b.creds.apiURL, Err: err, Hint: "check " + EnvAPIURL + " and the network"}
+		}
+		return fmt.Errorf("upload: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		msg := jsonField(body, "message")
+		if msg == "" {
+			msg = strings.TrimSpace(string(body))
+		}
+		return &APIError{Op: "upload " + p, Status: resp.StatusCode, Msg: msg}
+	}
+	return nil
+}
+
+// execute runs one command line through the toolbox's execute call.
+func (b *Backend) execute(ctx context.Context, tb *toolbox.APIClient, line string) (*toolbox.ExecuteResponse, error) {
+	res, resp, err := tb.ProcessAPI.ExecuteCommand(ctx).Request(*toolbox.NewExecuteRequest(line)).Execute()
+	if err != nil {
+		if resp == nil && isConnErr(err) {
+			return nil, &backend.UnreachableError{Backend: Name, Target: b.creds.apiURL, Err: err, Hint: "check " + EnvAPIURL + " and the network"}
+		}
+		return nil, toolboxErr(err, resp, "execute")
+	}
+	return res, nil
+}
+
+// execLine renders argv as a command line for the toolbox's execute call,
+// whose daemon splits it on spaces outside quotes and drops the quotes
+// (no escapes, no other shell syntax). Every argument is quoted with a
+// quote character it does not contain; ok is false when one holds both.
+func execLine(argv []string) (line string, ok bool) {
+	var b strings.Builder
+	for i, a := range argv {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		switch {
+		case !strings.Contains(a, "'"):
+			b.WriteString("'" + a + "'")
+		case !strings.Contains(a, `"`):
+			b.WriteString(`"` + a + `"`)
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
+// RunOneShot implements backend.OneShotRunner the way the reference system
+// runs a command on Daytona: it asks the API for the sandbox's state
+// (starting it when it sleeps), then runs the command as one blocking
+// toolbox execute, `sh -c <command>`, output returned at the end. berth
+// bench times it as the baseline of the daytona backend.
+func (b *Backend) RunOneShot(ctx context.Context, command string) (int, error) {
+	b.mu.Lock()
+	ref := b.sandbox
+	b.mu.Unlock()
+	sb, err := b.get(ctx, ref.id)
+	if err != nil {
+		return -1, err
+	}
+	if sb.GetState() != "started" {
+		if _, err := b.wakeUp(ctx, ref.gen); err != nil {
+			return -1, err
+		}
+		b.mu.Lock()
+		ref = b.sandbox
+		b.mu.Unlock()
+	}
+	line, ok := execLine([]string{"sh", "-c", command})
+	if !ok {
+		return -1, errors.New("daytona: the command holds both kinds of quotes, which the toolbox's execute call cannot carry")
+	}
+	res, err := b.execute(ctx, ref.tb, line)
+	if err != nil {
+		return -1, err
+	}
+	return int(res.GetExitCode()), nil
+}

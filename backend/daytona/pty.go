@@ -1,0 +1,831 @@
+package daytona
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	toolbox "github.com/daytona/clients/toolbox-api-client-go"
+	"github.com/gorilla/websocket"
+
+	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/internal/randhex"
+	"github.com/a55dbaac/berth/internal/shellword"
+)
+
+// How a process runs over a Daytona PTY session.
+//
+// The toolbox's only channel that streams both ways is a PTY session: an
+// interactive login shell on a terminal, carried over a websocket. Start
+// turns it into a plain process in three steps:
+//
+//  1. It types one short line into the login shell: put the terminal in
+//     raw mode without echo (`stty raw -echo`: no echo, no CR/LF
+//     translation, no special characters), print a ready marker, and exec
+//     /bin/sh reading one more line.
+//  2. Once the marker arrives (everything before it — prompt, banner, the
+//     echo of the typed line — is dropped), it sends that line: the
+//     process's program, encoded with printf %b escapes so it holds no raw
+//     newline. The terminal is raw now, so nothing echoes and bytes pass
+//     unchanged both ways.
+//  3. That program runs the argv. Without TTY: stdin is a pipe fed by a
+//     small decoder reading the terminal (so stdin can have an end, which a
+//     raw terminal cannot signal), stdout and stderr are one pipe copied to
+//     the terminal by cat, and the argv runs under setsid, in its own
+//     session without a controlling terminal, like a `docker exec` process.
+//     With TTY: the terminal is set back to sane and the argv runs on it.
+//     Either way the exit status follows the output in-band, as a frame
+//     "\x1eBERTHX<nonce>:<status>\x00" (the status sh reports: 128+N for
+//     a signal), so Wait learns it in order with the output and before the
+//     session closes — Daytona's daemon closes its websockets as soon as
+//     the shell exits, possibly before the last output was sent.
+//
+// Stdin travels to the decoder as lines "d<bytes as printf %b escapes>\n";
+// "e\n" ends it (EOF). The decoder reads the terminal a byte at a time (the
+// shell's read builtin), which is what lets it stop exactly at the end; a
+// command line costs microseconds, bulk stdin about a second per few MB.
+
+// ptyCols and ptyRows are the terminal size of every PTY session.
+const (
+	ptyCols = 200
+	ptyRows = 50
+)
+
+// maxInputMessage keeps every websocket message berth sends under the
+// daemon's 64 KiB read limit.
+const maxInputMessage = 32 << 10
+
+// Output buffering. A process holds at most outBufMax bytes of output its
+// reader has not taken yet. Without a TTY the terminal's own flow control
+// (stty ixon) keeps it far below: past flowHigh buffered bytes berth sends
+// XOFF, so the terminal stops passing the program's output on, and XON once
+// the reader brought it under flowLow. The websocket is read all the time:
+// Daytona's daemon drops a client that falls 256 messages behind as a slow
+// consumer.
+const (
+	outBufMax = 16 << 20
+	flowHigh  = 1 << 20
+	flowLow   = 256 << 10
+)
+
+// XOFF and XON are the terminal's stop and start characters.
+const (
+	xoff = 0x13
+	xon  = 0x11
+)
+
+// readyTimeout bounds the wait for the login shell to run the typed line.
+const readyTimeout = 60 * time.Second
+
+// errNoStty reports a sandbox image without a working stty.
+var errNoStty = errors.New("daytona: the sandbox's stty failed: berth needs stty (coreutils or busybox) in the image to put its terminal in raw mode")
+
+// stage1 is the line typed into the login shell (see the comment above).
+// It holds no secret, no "!" (history expansion) and no tab.
+func stage1(nonce string) string {
+	return ` stty raw -echo 2>/dev/null; printf 'BERTHRDY_%s_%s\n' ` + nonce +
+		` "$?"; exec /bin/sh -c 'IFS= read -r l || exit 1; eval "$(printf %b "$l")"'` + "\n"
+}
+
+// decoderFunc turns the input lines back into bytes for the process's
+// stdin pipe; it returns at "e" or any other line it does not know.
+const decoderFunc = `__berth_dec() {
+  while IFS= read -r __berth_l; do
+    case $__berth_l in
+      d*) printf '%b' "${__berth_l#d}" || return 0 ;;
+      *) return 0 ;;
+    esac
+  done
+}
+`
+
+// stage2 is the program the raw terminal runs for spec.
+func stage2(spec backend.ProcSpec, nonce string) (string, error) {
+	var b strings.Builder
+	b.WriteString("unset l\n")
+	for _, kv := range spec.Env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !validName(k) {
+			return "", fmt.Errorf("daytona: environment entry %q is not NAME=value", kv)
+		}
+		b.WriteString("export " + k + "=" + shellword.Quote(v) + "\n")
+	}
+	if spec.Dir != "" {
+		b.WriteString("cd -- " + shellword.Quote(spec.Dir) + " || exit 1\n")
+	}
+	b.WriteString("set --")
+	for _, a := range spec.Argv {
+		b.WriteString(" " + shellword.Quote(a))
+	}
+	b.WriteString("\n")
+	frame := `printf '\036BERTHX%s:%d\000' ` + nonce
+	if spec.TTY {
+		// The shell's own messages ("Terminated" for a killed command) go
+		// to /dev/null; the command keeps the terminal as its stderr.
+		b.WriteString("stty sane 2>/dev/null\nexec 3>&2 2>/dev/null\n(exec \"$@\" 2>&3 3>&-)\n__berth_s=$?\n" + frame + " \"$__berth_s\"\nexit \"$__berth_s\"\n")
+		return b.String(), nil
+	}
+	// XON/XOFF from berth stop and start the output (see outBufMax); the
+	// input lines never hold those bytes raw.
+	b.WriteString("stty ixon -ixany 2>/dev/null\n")
+	b.WriteString(decoderFunc)
+	b.WriteString("if command -v setsid >/dev/null 2>&1; then set -- setsid \"$@\"; fi\n")
+	// The command runs in a subshell it replaces, its stderr joined to
+	// stdout there; the waiting shell's own messages ("Terminated" for a
+	// killed command, which ash writes to the fd 2 in force while it
+	// waits) go to /dev/null, out of the output.
+	b.WriteString("__berth_dec | { (exec \"$@\" 2>&1); " + frame + " \"$?\"; } 2>/dev/null | cat\n")
+	return b.String(), nil
+}
+
+func validName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// escapeTo appends data as printf %b text: printable ASCII as is, the
+// backslash and every other byte as a \0ooo escape.
+func escapeTo(b []byte, data []byte) []byte {
+	for _, c := range data {
+		if c < 0x20 || c == '\\' || c >= 0x7f {
+			b = append(b, '\\', '0', '0'+c>>6, '0'+(c>>3)&7, '0'+c&7)
+			continue
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+// ptyProc is a process running on a PTY session (see above).
+type ptyProc struct {
+	ws      *websocket.Conn
+	session string
+	tty     atomic.Bool // set by launch
+	nonce   string
+	frame   []byte // "\x1eBERTHX<nonce>:"
+	log     logger
+
+	wmu      sync.Mutex // serialises writes to ws
+	inClosed bool       // stdin's end was sent (guarded by wmu)
+
+	out  *outBuf
+	omu  sync.Mutex    // orders writes to out from the reader and its hold timer
+	done chan struct{} // closed when the exit status is known
+	code int
+	err  error
+	once sync.Once
+
+	closeOnce sync.Once
+	closed    chan struct{}
+
+	flowc chan struct{} // wakes flowLoop: the wanted flow state changed
+	pause atomic.Bool   // the wanted state: output stopped (XOFF)
+}
+
+// logger is the part of slog.Logger the process uses.
+type logger interface {
+	Debug(msg string, args ...any)
+}
+
+// startPTY starts spec on a new PTY session of the sandbox behind tb.
+func startPTY(ctx context.Context, tb *toolbox.APIClient, hc *http.Client, spec backend.ProcSpec, log logger) (*ptyProc, error) {
+	if _, err := stage2(spec, "x"); err != nil {
+		return nil, err // a bad spec costs no session
+	}
+	p, err := openPTY(ctx, tb, hc, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.launch(spec); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// openPTY creates a PTY session, connects to it and brings it to the
+// point where it waits for its program (steps 1 and 2 above): a ready
+// process that launch turns into any spec at the cost of one message.
+func openPTY(ctx context.Context, tb *toolbox.APIClient, hc *http.Client, log logger) (*ptyProc, error) {
+	nonce := randhex.String(8)
+	id := "berth-" + randhex.String(8)
+	req := toolbox.NewPtyCreateRequest()
+	req.SetId(id)
+	req.SetCols(ptyCols)
+	req.SetRows(ptyRows)
+	req.SetLazyStart(true)
+	if _, resp, err := tb.ProcessAPI.CreatePtySession(ctx).Request(*req).Execute(); err != nil {
+		return nil, toolboxErr(err, resp, "create PTY session")
+	}
+	cfg := tb.GetConfig()
+	base := cfg.Servers[0].URL
+	wsURL := "ws" + strings.TrimPrefix(base, "http") + "/process/pty/" + id + "/connect"
+	hdr := http.Header{}
+	for k, v := range cfg.DefaultHeader {
+		hdr.Set(k, v)
+	}
+	d := websocket.Dialer{HandshakeTimeout: 30 * time.Second, Proxy: http.ProxyFromEnvironment,
+		ReadBufferSize: 32 << 10, WriteBufferSize: 32 << 10}
+	if tr, ok := hc.Transport.(*http.Transport); ok {
+		d.NetDialContext = tr.DialContext
+		d.TLSClientConfig = tr.TLSClientConfig
+	}
+	ws, resp, err := d.DialContext(ctx, wsURL, hdr)
+	if err != nil {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		return nil, &APIError{Op: "connect to PTY session " + id, Status: status, Msg: err.Error()}
+	}
+	p := &ptyProc{
+		ws: ws, session: id, nonce: nonce, frame: []byte("\x1eBERTHX" + nonce + ":"), log: log,
+		out: newOutBuf(outBufMax), done: make(chan struct{}), closed: make(chan struct{}),
+		flowc: make(chan struct{}, 1),
+	}
+	if err := p.handshake(ctx, nonce); err != nil {
+		ws.Close()
+		return nil, err
+	}
+	go p.readLoop()
+	return p, nil
+}
+
+// launch sends the program that runs spec (step 3). It fails when the
+// session ended meanwhile.
+func (p *ptyProc) launch(spec backend.ProcSpec) error {
+	prog, err := stage2(spec, p.nonce)
+	if err != nil {
+		return err
+	}
+	if p.exited() {
+		return fmt.Errorf("daytona: PTY session %s ended before its program was sent: %w", p.session, p.err)
+	}
+	p.tty.Store(spec.TTY)
+	if !spec.TTY {
+		p.out.onFlow(p.requestFlow)
+		go p.flowLoop()
+	}
+	line := escapeTo(make([]byte, 0, len(prog)+16), []byte(prog))
+	line = append(line, '\n')
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	for len(line) > 0 {
+		n := min(len(line), maxInputMessage)
+		if err := p.ws.WriteMessage(websocket.BinaryMessage, line[:n]); err != nil {
+			return fmt.Errorf("daytona: send the program to PTY session %s: %w", p.session, err)
+		}
+		line = line[n:]
+	}
+	return nil
+}
+
+// discard ends a ready process that was never launched: the waiting
+// shell reads "exit" as its program.
+func (p *ptyProc) discard() {
+	p.closeOnce.Do(func() {
+		close(p.closed)
+		p.wmu.Lock()
+		p.ws.SetWriteDeadline(time.Now().Add(time.Second))
+		p.ws.WriteMessage(websocket.BinaryMessage, []byte("exit\n"))
+		p.wmu.Unlock()
+		p.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+		p.ws.Close()
+		p.out.close(io.EOF)
+	})
+}
+
+// toolboxErr describes a failed toolbox call.
+func toolboxErr(err error, resp *http.Response, op string) error {
+	status := 0
+	if resp != nil {
+		status = resp.StatusCode
+	}
+	return &APIError{Op: op, Status: status, Msg: errorMessage(err)}
+}
+
+// handshake waits for the connection, types stage1 and waits for the
+// ready marker.
+func (p *ptyProc) handshake(ctx context.Context, nonce string) error {
+	deadline := time.Now().Add(readyTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	p.ws.SetReadDeadline(deadline)
+	defer p.ws.SetReadDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { p.ws.SetReadDeadline(time.Now()) })
+	defer stop()
+
+	typed := false
+	ready := []byte("BERTHRDY_" + nonce + "_")
+	var seen []byte
+	for {
+		typ, msg, err := p.ws.ReadMessage()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("daytona: PTY session %s ended before its shell was ready (%q): %w", p.session, tail(seen), err)
+		}
+		if typ == websocket.TextMessage {
+			var c struct{ Type, Status, Error string }
+			if json.Unmarshal(msg, &c) == nil && c.Type == "control" {
+				switch c.Status {
+				case "connected":
+					if !typed { // (also typed at the first output, below)
+						typed = true
+						if err := p.ws.WriteMessage(websocket.BinaryMessage, []byte(stage1(nonce))); err != nil {
+							return fmt.Errorf("daytona: type into PTY session %s: %w", p.session, err)
+						}
+					}
+				case "error":
+					return &APIError{Op: "connect to PTY session " + p.session, Status: http.StatusBadRequest, Msg: c.Error}
+				}
+				continue
+			}
+		}
+		if !typed {
+			typed = true
+			if err := p.ws.WriteMessage(websocket.BinaryMessage, []byte(stage1(nonce))); err != nil {
+				return fmt.Errorf("daytona: type into PTY session %s: %w", p.session, err)
+			}
+		}
+		seen = append(seen, msg...)
+		i := bytes.Index(seen, ready)
+		if i < 0 {
+			if len(seen) > 1<<16 {
+				seen = seen[len(seen)-len(ready):]
+			}
+			continue
+		}
+		rest := seen[i+len(ready):]
+		nl := bytes.IndexByte(rest, '\n')
+		if nl < 0 {
+			continue
+		}
+		if status := strings.TrimSpace(string(rest[:nl])); status != "0" {
+			return errNoStty
+		}
+		if len(rest) > nl+1 {
+			// Nothing may follow the marker before stage2 runs.
+			p.log.Debug("daytona: output after the ready marker", "session", p.session, "bytes", len(rest)-nl-1)
+		}
+		return nil
+	}
+}
+
+func tail(b []byte) string {
+	if len(b) > 200 {
+		b = b[len(b)-200:]
+	}
+	return string(b)
+}
+
+// readLoop moves the session's output into the output buffer, finds the
+// exit frame, and ends the output when the connection ends (or
+// backend.WaitDelay after the exit, when a descendant keeps the output
+// open).
+func (p *ptyProc) readLoop() {
+	fm := &frameMatcher{marker: p.frame}
+	var closeCode *int
+	var flush *time.Timer
+	for {
+		typ, msg, err := p.ws.ReadMessage()
+		if err != nil {
+			if flush != nil {
+				flush.Stop()
+			}
+			p.omu.Lock()
+			if held := fm.release(); len(held) > 0 && !p.exited() {
+				p.out.write(held)
+			}
+			p.omu.Unlock()
+			p.connEnded(err, closeCode)
+			return
+		}
+		switch typ {
+		case websocket.TextMessage:
+			var c struct {
+				Type, Status, Error string
+				ExitCode            *int `json:"exitCode"`
+			}
+			if json.Unmarshal(msg, &c) == nil && c.Type == "control" {
+				if c.Status == "exited" && c.ExitCode != nil {
+					closeCode = c.ExitCode
+				}
+				continue
+			}
+			fallthrough
+		case websocket.BinaryMessage:
+			if p.exited() {
+				if !p.out.write(msg) {
+					return
+				}
+				continue
+			}
+			if flush != nil {
+				flush.Stop()
+			}
+			// omu keeps the order of this write and the hold timer's.
+			p.omu.Lock()
+			before, code, found, after := fm.feed(msg)
+			ok := len(before) == 0 || p.out.write(before)
+			p.omu.Unlock()
+			if !ok {
+				return
+			}
+			if found {
+				p.exitedWith(code)
+				if len(after) > 0 && !p.out.write(after) {
+					return
+				}
+				continue
+			}
+			if fm.holding() {
+				// Bytes that may start the exit frame wait for the next
+				// message; if none comes soon they were output after all
+				// (printf writes the frame at once).
+				flush = time.AfterFunc(frameHold, func() {
+					p.omu.Lock()
+					defer p.omu.Unlock()
+					if held := fm.release(); len(held) > 0 {
+						p.out.write(held)
+					}
+				})
+			}
+		}
+	}
+}
+
+// frameHold is how long bytes that may start the exit frame are held back
+// waiting for the rest of it.
+const frameHold = 50 * time.Millisecond
+
+// exited reports whether the exit status is known.
+func (p *ptyProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitedWith records the in-band exit status, lets the session's program
+// finish (the decoder waits for its end line) and bounds what output may
+// still come.
+func (p *ptyProc) exitedWith(code int) {
+	p.finish(code, nil)
+	if !p.tty.Load() {
+		go p.sendEnd() // never block the reader on a stuck writer
+	}
+	time.AfterFunc(backend.WaitDelay, func() {
+		p.out.close(io.EOF)
+		p.Close()
+	})
+}
+
+// connEnded settles the process when the websocket ended: after the exit
+// frame that is the normal end of the output; before it, the close
+// message's exit code is the status (the daemon closed the socket as the
+// program exited, before the frame was sent), and a connection that broke
+// without one means the status cannot be known.
+func (p *ptyProc) connEnded(err error, controlCode *int) {
+	if p.exited() {
+		p.out.close(io.EOF)
+		return
+	}
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseInternalServerErr) {
+		var cd struct {
+			ExitCode *int `json:"exitCode"`
+		}
+		if json.Unmarshal([]byte(ce.Text), &cd) == nil && cd.ExitCode != nil {
+			p.finish(*cd.ExitCode, nil)
+			p.out.close(io.EOF)
+			return
+		}
+	}
+	if controlCode != nil {
+		p.finish(*controlCode, nil)
+		p.out.close(io.EOF)
+		return
+	}
+	select {
+	case <-p.closed:
+		p.finish(-1, errProcClosed)
+		p.out.close(io.EOF)
+	default:
+		lost := fmt.Errorf("daytona: the connection to PTY session %s broke before the process's exit status was known: %w", p.session, err)
+		p.finish(-1, lost)
+		p.out.close(lost)
+	}
+}
+
+// errProcClosed is Wait's error when Close came before the exit status.
+var errProcClosed = errors.New("daytona: process closed before its exit status was known")
+
+func (p *ptyProc) finish(code int, err error) {
+	p.once.Do(func() {
+		p.code, p.err = code, err
+		close(p.done)
+	})
+}
+
+// Stdin implements backend.Process.
+func (p *ptyProc) Stdin() io.WriteCloser { return ptyStdin{p} }
+
+// Stdout implements backend.Process.
+func (p *ptyProc) Stdout() io.Reader { return p.out }
+
+// Wait implements backend.Process: the status comes from the exit frame.
+func (p *ptyProc) Wait() (int, error) {
+	<-p.done
+	return p.code, p.err
+}
+
+// Close implements backend.Process: it ends the process's stdin (a
+// process still reading it sees EOF) and drops the websocket. The process
+// itself is not killed.
+func (p *ptyProc) Close() error {
+	p.closeOnce.Do(func() {
+		close(p.closed)
+		// A write blocked on a process that does not read its stdin holds
+		// the writer lock; closing the socket below unblocks it, and the
+		// end line is not needed then.
+		if !p.exited() && p.wmu.TryLock() {
+			p.wmu.Unlock()
+			p.sendEnd()
+		}
+		p.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+		p.ws.Close()
+		p.out.close(io.EOF)
+	})
+	return nil
+}
+
+// sendEnd sends stdin's end: the decoder's end line, or ^D (the
+// terminal's end-of-file character) on a TTY.
+func (p *ptyProc) sendEnd() error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if p.inClosed {
+		return nil
+	}
+	p.inClosed = true
+	end := []byte("e\n")
+	if p.tty.Load() {
+		end = []byte{4}
+	}
+	p.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	defer p.ws.SetWriteDeadline(time.Time{})
+	return p.ws.WriteMessage(websocket.BinaryMessage, end)
+}
+
+// requestFlow records whether output should be stopped and wakes
+// flowLoop. It never blocks.
+func (p *ptyProc) requestFlow(pause bool) {
+	p.pause.Store(pause)
+	select {
+	case p.flowc <- struct{}{}:
+	default:
+	}
+}
+
+// flowLoop sends XOFF and XON as the output buffer asks for them.
+func (p *ptyProc) flowLoop() {
+	stopped := false
+	for {
+		select {
+		case <-p.flowc:
+		case <-p.closed:
+			return
+		}
+		want := p.pause.Load()
+		if want == stopped {
+			continue
+		}
+		c := byte(xon)
+		if want {
+			c = xoff
+		}
+		p.wmu.Lock()
+		err := p.ws.WriteMessage(websocket.BinaryMessage, []byte{c})
+		p.wmu.Unlock()
+		if err != nil {
+			return
+		}
+		stopped = want
+	}
+}
+
+// ptyStdin is the process's stdin.
+type ptyStdin struct{ p *ptyProc }
+
+// Write sends data to the process: raw on a TTY, as decoder lines
+// otherwise. It fails once stdin was closed or the process exited.
+func (s ptyStdin) Write(data []byte) (int, error) {
+	p := s.p
+	if p.exited() {
+		return 0, fmt.Errorf("daytona: write to PTY session %s: %w", p.session, io.ErrClosedPipe)
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if p.inClosed {
+		return 0, fmt.Errorf("daytona: write to PTY session %s: %w", p.session, io.ErrClosedPipe)
+	}
+	n := 0
+	for n < len(data) {
+		var msg []byte
+		if p.tty.Load() {
+			k := min(len(data)-n, maxInputMessage)
+			msg = data[n : n+k]
+			n += k
+		} else {
+			// Up to 6 KiB of input per line: at most 30 KiB escaped.
+			k := min(len(data)-n, 6<<10)
+			msg = append(escapeTo(append(make([]byte, 0, 5*k+2), 'd'), data[n:n+k]), '\n')
+			n += k
+		}
+		if err := p.ws.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+			return 0, fmt.Errorf("daytona: write to PTY session %s: %w", p.session, err)
+		}
+	}
+	return n, nil
+}
+
+// Close sends stdin's end.
+func (s ptyStdin) Close() error {
+	if err := s.p.sendEnd(); err != nil && !s.p.exited() {
+		return fmt.Errorf("daytona: close stdin of PTY session %s: %w", s.p.session, err)
+	}
+	return nil
+}
+
+// frameMatcher finds the exit frame in a stream, holding back at most the
+// bytes that could be its start. It is safe for the reader and one timer
+// to use at once.
+type frameMatcher struct {
+	mu     sync.Mutex
+	marker []byte
+	held   []byte
+	inTail bool
+	digits []byte
+}
+
+// holding reports whether bytes are held back.
+func (f *frameMatcher) holding() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.held) > 0 && !f.inTail
+}
+
+// release gives up the held-back bytes as output.
+func (f *frameMatcher) release() []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.inTail {
+		return nil
+	}
+	h := f.held
+	f.held = nil
+	return h
+}
+
+// feed consumes a chunk: before is output, and once the frame is complete
+// found is set with its code and after holds what followed it.
+func (f *frameMatcher) feed(chunk []byte) (before []byte, code int, found bool, after []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	buf := chunk
+	if f.inTail {
+		return f.tail(nil, buf)
+	}
+	if len(f.held) > 0 {
+		buf = append(f.held, chunk...)
+		f.held = nil
+	}
+	if i := bytes.Index(buf, f.marker); i >= 0 {
+		f.inTail = true
+		return f.tail(buf[:i], buf[i+len(f.marker):])
+	}
+	keep := 0
+	for k := min(len(f.marker)-1, len(buf)); k > 0; k-- {
+		if bytes.HasPrefix(f.marker, buf[len(buf)-k:]) {
+			keep = k
+			break
+		}
+	}
+	if keep > 0 {
+		f.held = append([]byte(nil), buf[len(buf)-keep:]...)
+	}
+	return buf[:len(buf)-keep], 0, false, nil
+}
+
+func (f *frameMatcher) tail(before, b []byte) ([]byte, int, bool, []byte) {
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		f.digits = append(f.digits, b...)
+		return before, 0, false, nil
+	}
+	f.digits = append(f.digits, b[:i]...)
+	code, err := strconv.Atoi(string(f.digits))
+	if err != nil {
+		code = -1
+	}
+	return before, code, true, b[i+1:]
+}
+
+// outBuf is a bounded buffer between the websocket reader and Stdout.
+type outBuf struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	buf    []byte
+	max    int
+	err    error      // set by close: what Read returns once empty
+	flow   func(bool) // told true past flowHigh, false back under flowLow
+	paused bool
+}
+
+// onFlow sets the flow callback.
+func (o *outBuf) onFlow(f func(pause bool)) {
+	o.mu.Lock()
+	o.flow = f
+	o.mu.Unlock()
+}
+
+func newOutBuf(max int) *outBuf {
+	o := &outBuf{max: max}
+	o.cond.L = &o.mu
+	return o
+}
+
+// write appends b, waiting while the buffer is full; false means the
+// buffer was closed.
+func (o *outBuf) write(b []byte) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.buf) >= o.max && o.err == nil {
+		o.cond.Wait()
+	}
+	if o.err != nil {
+		return false
+	}
+	o.buf = append(o.buf, b...)
+	if o.flow != nil && !o.paused && len(o.buf) >= flowHigh {
+		o.paused = true
+		o.flow(true)
+	}
+	o.cond.Broadcast()
+	return true
+}
+
+// Read implements io.Reader.
+func (o *outBuf) Read(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.buf) == 0 && o.err == nil {
+		o.cond.Wait()
+	}
+	if len(o.buf) == 0 {
+		return 0, o.err
+	}
+	n := copy(p, o.buf)
+	o.buf = o.buf[n:]
+	if len(o.buf) == 0 {
+		o.buf = nil
+	}
+	if o.paused && len(o.buf) <= flowLow {
+		o.paused = false
+		o.flow(false)
+	}
+	o.cond.Broadcast()
+	return n, nil
+}
+
+// close ends the buffer: Read returns err once the buffered bytes are
+// read. The first close wins.
+func (o *outBuf) close(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.err == nil {
+		o.err = err
+	}
+	o.cond.Broadcast()
+}

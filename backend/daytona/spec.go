@@ -1,0 +1,216 @@
+package daytona
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	apiclient "github.com/daytona/clients/api-client-go"
+
+	"github.com/a55dbaac/berth/backend"
+)
+
+// Labels berth puts on its sandboxes. berth env ls/rm/prune find them by
+// these.
+const (
+	LabelBerth      = "berth"            // always "1"
+	LabelKey        = "berth.key"        // the environment key
+	LabelOwner      = "berth.owner"      // "<boot id>/<pid>/<start time>" of the berth that created it
+	LabelPersistent = "berth.persistent" // "1" when container_persistent was on
+	LabelConfig     = "berth.config"     // hash of the settings that shape the sandbox
+)
+
+// MaxDiskGiB is the largest disk Daytona gives a sandbox; berth caps
+// container_disk there (with a warning) rather than have the create refused.
+const MaxDiskGiB = 10
+
+// spec is what the sandbox of one environment key looks like.
+type spec struct {
+	Key        string
+	Name       string // berth-<key>
+	Image      string
+	CPU        int // cores
+	MemoryGiB  int
+	DiskGiB    int
+	NoNetwork  bool
+	Persistent bool
+	Env        map[string]string // docker_env: plain settings, never secrets
+	Target     string
+	hash       string
+}
+
+var nameUnsafe = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+
+// sandboxName is "berth-<key>", with characters a sandbox name cannot hold
+// replaced and a short hash of the key added when any were.
+func sandboxName(key string) string {
+	clean := nameUnsafe.ReplaceAllString(key, "-")
+	if clean == key && clean != "" {
+		return "berth-" + key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "berth-" + clean + "-" + hex.EncodeToString(sum[:4])
+}
+
+// ceilGiB converts megabytes to whole gibibytes, rounding up.
+func ceilGiB(mb int) int {
+	return int(math.Ceil(float64(mb) / 1024))
+}
+
+// buildSpec derives the sandbox settings from the configuration. A disk over
+// Daytona's limit is capped with a warning on log.
+func buildSpec(opts backend.Options, target string, log *slog.Logger) (*spec, error) {
+	c := opts.Config
+	if opts.Key == "" {
+		return nil, fmt.Errorf("daytona: empty environment key")
+	}
+	sp := &spec{
+		Key:        opts.Key,
+		Name:       sandboxName(opts.Key),
+		Image:      strings.TrimSpace(c.DaytonaImage),
+		NoNetwork:  !c.DockerNetwork,
+		Persistent: c.ContainerPersistent,
+		Env:        map[string]string{},
+		Target:     target,
+	}
+	if sp.Image == "" {
+		return nil, fmt.Errorf("daytona: daytona_image is empty: name the image the sandbox runs (default %s)", "nikolaik/python-nodejs:python3.11-nodejs20")
+	}
+	if c.ContainerCPU < 0 || math.IsNaN(c.ContainerCPU) {
+		return nil, fmt.Errorf("daytona: container_cpu %v: must be a number of cores > 0", c.ContainerCPU)
+	}
+	sp.CPU = max(1, int(math.Ceil(c.ContainerCPU)))
+	if c.ContainerMemory < 0 {
+		return nil, fmt.Errorf("daytona: container_memory %d: must be megabytes > 0", c.ContainerMemory)
+	}
+	sp.MemoryGiB = max(1, ceilGiB(c.ContainerMemory))
+	if c.ContainerDisk < 0 {
+		return nil, fmt.Errorf("daytona: container_disk %d: must be megabytes > 0", c.ContainerDisk)
+	}
+	sp.DiskGiB = max(1, ceilGiB(c.ContainerDisk))
+	if sp.DiskGiB > MaxDiskGiB {
+		log.Warn("daytona: container_disk is over Daytona's per-sandbox limit; the sandbox gets the limit",
+			"container_disk_mb", c.ContainerDisk, "requested_gib", sp.DiskGiB, "disk_gib", MaxDiskGiB)
+		sp.DiskGiB = MaxDiskGiB
+	}
+	for k, v := range c.DockerEnv {
+		sp.Env[k] = v
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%d\x00%d\x00%d\x00%v\x00%s\x00", sp.Image, sp.CPU, sp.MemoryGiB, sp.DiskGiB, sp.NoNetwork, sp.Target)
+	keys := make([]string, 0, len(sp.Env))
+	for k := range sp.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s=%s\x00", k, sp.Env[k])
+	}
+	sp.hash = hex.EncodeToString(h.Sum(nil))[:16]
+	return sp, nil
+}
+
+// labels are the sandbox's labels: berth's marks, the key and the owner.
+// No secret ever goes here.
+func (sp *spec) labels() map[string]string {
+	return map[string]string{
+		LabelBerth:      "1",
+		LabelKey:        sp.Key,
+		LabelOwner:      currentOwner(),
+		LabelPersistent: boolLabel(sp.Persistent),
+		LabelConfig:     sp.hash,
+	}
+}
+
+func boolLabel(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// createRequest is the CreateSandbox call for the spec: the image as a
+// one-line build (how Daytona's SDKs create a sandbox from an image),
+// resources in whole cores and GiB, auto-stop off (berth stops the sandbox
+// itself when it lets go of it), no network when docker_network is false.
+func (sp *spec) createRequest() apiclient.CreateSandbox {
+	req := apiclient.NewCreateSandbox()
+	req.SetName(sp.Name)
+	req.SetLabels(sp.labels())
+	req.SetEnv(sp.Env)
+	req.SetBuildInfo(apiclient.CreateBuildInfo{DockerfileContent: "FROM " + sp.Image})
+	req.SetCpu(int32(sp.CPU))
+	req.SetMemory(int32(sp.MemoryGiB))
+	req.SetDisk(int32(sp.DiskGiB))
+	req.SetAutoStopInterval(0)
+	req.SetNetworkBlockAll(sp.NoNetwork)
+	req.SetPublic(false)
+	if sp.Target != "" {
+		req.SetTarget(sp.Target)
+	}
+	return *req
+}
+
+// currentOwner is this process's owner label: the boot id, pid and start
+// time, so a later berth on the same machine can tell whether the process
+// that created a throwaway sandbox still runs.
+var currentOwner = func() string { return ownerOf(os.Getpid()) }
+
+// ownerOf builds the owner label of a live process ("" when /proc cannot
+// tell).
+func ownerOf(pid int) string {
+	boot := bootID()
+	st, ok := startTime(pid)
+	if boot == "" || !ok {
+		return ""
+	}
+	return boot + "/" + strconv.Itoa(pid) + "/" + st
+}
+
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// startTime is a process's start time in clock ticks since boot.
+func startTime(pid int) (string, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return "", false
+	}
+	return f[19], true
+}
+
+// ownerGone reports whether label names a process of this boot of this
+// machine that no longer runs; owners elsewhere are never judged gone.
+func ownerGone(label string) bool {
+	parts := strings.Split(label, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[0] != bootID() {
+		return false
+	}
+	pid, err := strconv.Atoi(parts[1])
+	if err != nil || pid <= 0 {
+		return false
+	}
+	st, alive := startTime(pid)
+	return !alive || st != parts[2]
+}
