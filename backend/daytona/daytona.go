@@ -12,7 +12,7 @@
 //
 // One sandbox per environment key, named berth-<key> and labelled with the
 // key and its owner (the berth process that created it), built from
-// daytona_image, with container_cpu cores, container_memory and
+// daytona_image (the backend's one key of its own), with container_cpu cores, container_memory and
 // container_disk rounded up to whole GiB (the disk capped at Daytona's 10
 // GiB, with a warning), auto-stop off while berth holds it, and no network
 // when docker_network is false.
@@ -73,6 +73,7 @@ func init() {
 		},
 		Doctor: Doctor,
 		Envs:   envAdmin{},
+		Keys:   configKeys,
 	})
 }
 

@@ -22,9 +22,11 @@ import (
 // configuration, env adds variables to what Getenv sees.
 func testOptions(t testing.TB, fake *daytonafake.Server, mod func(*config.Terminal), env map[string]string) backend.Options {
 	t.Helper()
-	c := config.Defaults()
+	c := config.Default().Terminal
 	c.Backend = Name
-	c.DaytonaImage = dockerenv.Image(t)
+	if err := c.Set(KeyImage, dockerenv.Image(t)); err != nil {
+		t.Fatal(err)
+	}
 	c.ContainerPersistent = false
 	c.ContainerMemory = 512
 	c.ContainerDisk = 2048

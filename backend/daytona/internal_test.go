@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -112,7 +113,6 @@ func testSandboxDefinition(t *testing.T, fake *daytonafake.Server) {
 		c.ContainerMemory = 1500
 		c.ContainerDisk = 3000
 		c.DockerNetwork = false
-		c.DockerEnv = map[string]string{"PLAIN_SETTING": "visible"}
 	}, nil)
 	b := newBackend(t, opts)
 	info, ok := fake.Sandbox(b.SandboxID())
@@ -132,8 +132,8 @@ func testSandboxDefinition(t *testing.T, fake *daytonafake.Server) {
 	if !info.NetworkBlockAll {
 		t.Error("docker_network false did not block the sandbox's network")
 	}
-	if info.Image != dockerenv.Image(t) || info.Env["PLAIN_SETTING"] != "visible" {
-		t.Errorf("image %q env %v", info.Image, info.Env)
+	if info.Image != dockerenv.Image(t) || len(info.Env) != 0 {
+		t.Errorf("image %q env %v, want the test image and no env", info.Image, info.Env)
 	}
 	ins, err := dockerenv.Require(t).ContainerInspect(ctxT(t), info.ContainerID, client.ContainerInspectOptions{})
 	if err != nil || ins.Container.HostConfig.NetworkMode != "none" {
@@ -547,5 +547,30 @@ func testOneRoundTrip(t *testing.T, fake *daytonafake.Server) {
 	}
 	if n := fake.ToolboxCalls() - tb; n != 0 {
 		t.Errorf("20 trivial commands made %d toolbox calls, want 0 (all over the open PTY session)", n)
+	}
+}
+
+// TestConfigKey checks that daytona_image is declared to package config:
+// its default, its variable and its check.
+func TestConfigKey(t *testing.T) {
+	d := config.Default().Terminal
+	if d.String(KeyImage) != config.DefaultImage {
+		t.Fatalf("default %s = %q", KeyImage, d.String(KeyImage))
+	}
+	if err := d.Set(KeyImage, "  "); err == nil || !strings.Contains(err.Error(), KeyImage) {
+		t.Fatalf("a blank image was accepted: %v", err)
+	}
+	path := t.TempDir() + "/config.yaml"
+	if err := os.WriteFile(path, []byte("terminal:\n  backend: daytona\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(config.LoadOptions{ConfigPath: path, Getenv: func(k string) string {
+		return map[string]string{"TERMINAL_DAYTONA_IMAGE": "python:3.12", "BERTH_HOME": t.TempDir()}[k]
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Terminal.String(KeyImage); got != "python:3.12" {
+		t.Fatalf("TERMINAL_DAYTONA_IMAGE gave %q", got)
 	}
 }

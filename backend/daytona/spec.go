@@ -3,19 +3,36 @@ package daytona
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"os"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
 	apiclient "github.com/daytona/clients/api-client-go"
 
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/config"
 )
+
+// KeyImage is the configuration key naming the sandbox's image.
+const KeyImage = "daytona_image"
+
+// configKeys are the keys only this backend reads (TERMINAL_DAYTONA_IMAGE
+// overrides the file). The shared container_* keys, docker_network and
+// env_passthrough are fields of config.Terminal.
+var configKeys = []config.Key{
+	{Name: KeyImage, Default: config.DefaultImage, Help: "image of the Daytona sandbox (built by Daytona from a one-line Dockerfile FROM it)",
+		Check: func(v any) error {
+			if strings.TrimSpace(v.(string)) == "" {
+				return errors.New("must name an image")
+			}
+			return nil
+		}},
+}
 
 // Labels berth puts on its sandboxes. berth env ls/rm/prune find them by
 // these.
@@ -41,7 +58,6 @@ type spec struct {
 	DiskGiB    int
 	NoNetwork  bool
 	Persistent bool
-	Env        map[string]string // docker_env: plain settings, never secrets
 	Target     string
 	hash       string
 }
@@ -74,14 +90,13 @@ func buildSpec(opts backend.Options, target string, log *slog.Logger) (*spec, er
 	sp := &spec{
 		Key:        opts.Key,
 		Name:       sandboxName(opts.Key),
-		Image:      strings.TrimSpace(c.DaytonaImage),
+		Image:      strings.TrimSpace(c.String(KeyImage)),
 		NoNetwork:  !c.DockerNetwork,
 		Persistent: c.ContainerPersistent,
-		Env:        map[string]string{},
 		Target:     target,
 	}
 	if sp.Image == "" {
-		return nil, fmt.Errorf("daytona: daytona_image is empty: name the image the sandbox runs (default %s)", "nikolaik/python-nodejs:python3.11-nodejs20")
+		return nil, fmt.Errorf("daytona: %s is empty: name the image the sandbox runs (default %s)", KeyImage, config.DefaultImage)
 	}
 	if c.ContainerCPU < 0 || math.IsNaN(c.ContainerCPU) {
 		return nil, fmt.Errorf("daytona: container_cpu %v: must be a number of cores > 0", c.ContainerCPU)
@@ -100,19 +115,8 @@ func buildSpec(opts backend.Options, target string, log *slog.Logger) (*spec, er
 			"container_disk_mb", c.ContainerDisk, "requested_gib", sp.DiskGiB, "disk_gib", MaxDiskGiB)
 		sp.DiskGiB = MaxDiskGiB
 	}
-	for k, v := range c.DockerEnv {
-		sp.Env[k] = v
-	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%d\x00%d\x00%d\x00%v\x00%s\x00", sp.Image, sp.CPU, sp.MemoryGiB, sp.DiskGiB, sp.NoNetwork, sp.Target)
-	keys := make([]string, 0, len(sp.Env))
-	for k := range sp.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(h, "%s=%s\x00", k, sp.Env[k])
-	}
 	sp.hash = hex.EncodeToString(h.Sum(nil))[:16]
 	return sp, nil
 }
@@ -144,7 +148,7 @@ func (sp *spec) createRequest() apiclient.CreateSandbox {
 	req := apiclient.NewCreateSandbox()
 	req.SetName(sp.Name)
 	req.SetLabels(sp.labels())
-	req.SetEnv(sp.Env)
+	req.SetEnv(map[string]string{}) // nothing: secrets travel over the session's input
 	req.SetBuildInfo(apiclient.CreateBuildInfo{DockerfileContent: "FROM " + sp.Image})
 	req.SetCpu(int32(sp.CPU))
 	req.SetMemory(int32(sp.MemoryGiB))
