@@ -21,9 +21,11 @@
 // background job — runs on its own PTY session of the toolbox, streamed
 // both ways over one websocket (see pty.go): a trivial command of the
 // persistent shell costs one round trip, not the reference's state check
-// plus a blocking one-shot execute. Timeouts and interrupts run the kill
-// script inside the sandbox like on every backend; the sandbox keeps
-// running.
+// plus a blocking one-shot execute. One PTY session is kept ready ahead of
+// need (opened by New, replaced after each use), so starting a process —
+// the kill script of a timeout, a background job — costs one message.
+// Timeouts and interrupts run the kill script inside the sandbox like on
+// every backend; the sandbox keeps running.
 //
 // Sleep and wake: with container_persistent, Close stops the sandbox (its
 // filesystem is kept) and the next berth starts it again by name. A
@@ -99,7 +101,7 @@ type Backend struct {
 	procs     map[*ptyProc]struct{} // processes not yet ended
 	spare     *ptyProc              // a ready PTY session for the next Start
 	spareGen  int                   // the sandbox generation the spare belongs to
-	refilling bool
+	refilling chan struct{}         // closed when the refill in flight ends; nil when none
 }
 
 // sandboxRef is the sandbox the backend currently uses.
@@ -255,7 +257,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 	}
 	ref := b.sandbox
 	b.mu.Unlock()
-	if p := b.takeSpare(ref.gen); p != nil {
+	if p := b.takeSpare(ctx, ref.gen); p != nil {
 		if err := p.launch(spec); err == nil {
 			b.refill()
 			return b.track(p), nil
@@ -289,9 +291,20 @@ func (b *Backend) Start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 }
 
 // takeSpare returns the ready PTY session when it belongs to generation
-// gen and is still alive, or nil.
-func (b *Backend) takeSpare(gen int) *ptyProc {
+// gen and is still alive, or nil. A refill in flight is waited for: it is
+// further along than a session opened now would be.
+func (b *Backend) takeSpare(ctx context.Context, gen int) *ptyProc {
 	b.mu.Lock()
+	if b.spare == nil && b.refilling != nil {
+		wait := b.refilling
+		b.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil
+		}
+		b.mu.Lock()
+	}
 	p := b.spare
 	ok := p != nil && b.spareGen == gen
 	b.spare = nil
@@ -312,19 +325,21 @@ func (b *Backend) takeSpare(gen int) *ptyProc {
 // shell's start: what a timeout or an interrupt waits for.
 func (b *Backend) refill() {
 	b.mu.Lock()
-	if b.closed || b.spare != nil || b.refilling {
+	if b.closed || b.spare != nil || b.refilling != nil {
 		b.mu.Unlock()
 		return
 	}
-	b.refilling = true
+	done := make(chan struct{})
+	b.refilling = done
 	ref := b.sandbox
 	b.mu.Unlock()
 	go func() {
+		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 		defer cancel()
 		p, err := openPTY(ctx, ref.tb, b.hc, b.log)
 		b.mu.Lock()
-		b.refilling = false
+		b.refilling = nil
 		if err != nil || b.closed || b.sandbox.gen != ref.gen || b.spare != nil {
 			b.mu.Unlock()
 			if err != nil {

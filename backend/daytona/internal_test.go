@@ -528,7 +528,7 @@ func testOneRoundTrip(t *testing.T, fake *daytonafake.Server) {
 	// The spare session prepared after the shell's start must not count.
 	for deadline := time.Now().Add(time.Minute); ; {
 		b.mu.Lock()
-		ready := b.spare != nil && !b.refilling
+		ready := b.spare != nil && b.refilling == nil
 		b.mu.Unlock()
 		if ready {
 			break

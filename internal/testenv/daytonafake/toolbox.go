@@ -250,8 +250,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 		env = append(env, k+"="+v)
 	}
 	// The wrapper reports the command's pid on stderr's first line so a
-	// timeout can kill its tree; then it becomes the command.
-	wrapped := append([]string{"/bin/sh", "-c", `printf '%s\n' "$$" >&2; exec "$@"`, "sh"}, argv...)
+	// timeout can kill its tree; then it becomes the command, with its
+	// stderr on the stdout pipe: the daemon gives both the same pipe, so
+	// their order is kept.
+	wrapped := append([]string{"/bin/sh", "-c", `printf '%s\n' "$$" >&2; exec "$@" 2>&1`, "sh"}, argv...)
 	var out bytes.Buffer
 	pl := &pidLine{w: &out, pid: make(chan int, 1)}
 	type result struct {
