@@ -50,7 +50,7 @@ func ctxT(t testing.TB) context.Context {
 }
 
 // termEnv wraps a backend in a terminal environment closed with the test.
-func termEnv(t *testing.T, be backend.Backend) *terminal.Env {
+func termEnv(t *testing.T, be backend.Backend) *terminal.Environment {
 	e := terminal.New(be, terminal.Options{DefaultTimeout: 60 * time.Second, SpillDir: t.TempDir()})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -61,7 +61,7 @@ func termEnv(t *testing.T, be backend.Backend) *terminal.Env {
 }
 
 // must runs a command and checks output and exit code.
-func must(t *testing.T, e *terminal.Env, command, want string) terminal.Result {
+func must(t *testing.T, e *terminal.Environment, command, want string) terminal.Result {
 	t.Helper()
 	r := e.Run(context.Background(), terminal.Request{Command: command, Timeout: 60})
 	if r.Error != nil || r.Output != want || r.ExitCode != 0 {
