@@ -271,7 +271,7 @@ func testEnvPassthrough(t *testing.T, fake *daytonafake.Server) {
 	// Background processes get them too (they inherit the session's exports).
 	must(t, e, `sh -c 'echo "$MY_PASSTHROUGH"'`, pass)
 	// In no command line of any process in the sandbox.
-	must(t, e, `n=0; for f in /proc/[0-9]*/cmdline; do c=$(tr '\000' ' ' <"$f" 2>/dev/null); case "$c" in *passthrough-value*|*forwarded-value*) n=$((n+1));; esac; done; echo $n`, "0")
+	must(t, e, `n=0; for f in /proc/[0-9]*/cmdline; do c=$(tr '\000' ' ' 2>/dev/null <"$f"); case "$c" in *passthrough-value*|*forwarded-value*) n=$((n+1));; esac; done; echo $n`, "0")
 
 	for _, r := range fake.Requests() {
 		if strings.Contains(string(r.Body), pass) || strings.Contains(string(r.Body), fwd) || strings.Contains(r.Path, pass) {

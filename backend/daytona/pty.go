@@ -144,6 +144,11 @@ func stage2(spec backend.ProcSpec, nonce string) (string, error) {
 	// killed command, which ash writes to the fd 2 in force while it
 	// waits) go to /dev/null, out of the output.
 	b.WriteString("__berth_dec | { (exec \"$@\" 2>&1); " + frame + " \"$?\"; } 2>/dev/null | cat\n")
+	// The shell stays until berth has seen the exit frame and says so (the
+	// acknowledgement line): Daytona's daemon closes the websocket as soon
+	// as the shell exits, and what the terminal had not passed on by then
+	// — the end of a fast command's output — would be lost.
+	b.WriteString("IFS= read -r __berth_a\n")
 	return b.String(), nil
 }
 
@@ -183,6 +188,7 @@ type ptyProc struct {
 
 	wmu      sync.Mutex // serialises writes to ws
 	inClosed bool       // stdin's end was sent (guarded by wmu)
+	acked    bool       // the acknowledgement line was sent (guarded by wmu)
 
 	out  *outBuf
 	omu  sync.Mutex    // orders writes to out from the reader and its hold timer
@@ -493,7 +499,7 @@ func (p *ptyProc) exited() bool {
 func (p *ptyProc) exitedWith(code int) {
 	p.finish(code, nil)
 	if !p.tty.Load() {
-		go p.sendEnd() // never block the reader on a stuck writer
+		go p.sendAck() // never block the reader on a stuck writer
 	}
 	time.AfterFunc(backend.WaitDelay, func() {
 		p.out.close(io.EOF)
@@ -571,13 +577,38 @@ func (p *ptyProc) Close() error {
 		// end line is not needed then.
 		if !p.exited() && p.wmu.TryLock() {
 			p.wmu.Unlock()
-			p.sendEnd()
+			if p.tty.Load() {
+				p.sendEnd()
+			} else {
+				p.sendAck() // the shell exits as soon as the command does
+			}
 		}
 		p.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 		p.ws.Close()
 		p.out.close(io.EOF)
 	})
 	return nil
+}
+
+// sendAck tells the waiting shell of a process without TTY that its exit
+// frame arrived (or that nobody waits for it any more), so it may exit:
+// stdin's end line first when it was not sent (it ends the decoder), then
+// the acknowledgement line the shell reads after the command.
+func (p *ptyProc) sendAck() error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if p.acked {
+		return nil
+	}
+	p.acked = true
+	msg := []byte("a\n")
+	if !p.inClosed {
+		p.inClosed = true
+		msg = []byte("e\na\n")
+	}
+	p.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	defer p.ws.SetWriteDeadline(time.Time{})
+	return p.ws.WriteMessage(websocket.BinaryMessage, msg)
 }
 
 // sendEnd sends stdin's end: the decoder's end line, or ^D (the
