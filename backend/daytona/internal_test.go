@@ -245,13 +245,13 @@ func testTimeoutInterruptKeepSandbox(t *testing.T, fake *daytonafake.Server) {
 	id := b.SandboxID()
 	r := e.Run(context.Background(), terminal.Request{Command: "echo go; sleep 3141", Timeout: 1})
 	if r.ExitCode != 124 || !strings.HasSuffix(r.Output, "[Command timed out after 1s]") {
-		t.Fatalf("timeout: %q exit %d", r.Output, r.ExitCode)
+		t.Fatalf("timeout: %q exit %d err %s", r.Output, r.ExitCode, errText(r.Error))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(500*time.Millisecond, cancel)
 	r = e.Run(ctx, terminal.Request{Command: "echo go; sleep 3142", Timeout: 60})
 	if r.ExitCode != 130 {
-		t.Fatalf("interrupt: %q exit %d", r.Output, r.ExitCode)
+		t.Fatalf("interrupt: %q exit %d err %s", r.Output, r.ExitCode, errText(r.Error))
 	}
 	if info, _ := fake.Sandbox(id); info.State != "started" || b.SandboxID() != id {
 		t.Fatalf("sandbox %s is %s after a timeout and an interrupt, want the same sandbox started", info.ID, info.State)

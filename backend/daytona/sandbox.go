@@ -62,7 +62,7 @@ func (b *Backend) get(ctx context.Context, idOrName string) (*apiclient.Sandbox,
 
 // waitState polls the sandbox until its state is one of want (or, with
 // want empty, until it is no longer in a transition), backing off from 50
-// ms to 1 s as Daytona's SDKs do. Failed states and a vanished sandbox end
+// to 250 ms: a sandbox of a warm pool starts in well under a second. Failed states and a vanished sandbox end
 // the wait with an error.
 func (b *Backend) waitState(ctx context.Context, id string, want ...apiclient.SandboxState) (*apiclient.Sandbox, error) {
 	delay := 50 * time.Millisecond
@@ -88,7 +88,7 @@ func (b *Backend) waitState(ctx context.Context, id string, want ...apiclient.Sa
 			return nil, fmt.Errorf("daytona: sandbox %s still %s: %w", sb.Name, st, ctx.Err())
 		case <-time.After(delay):
 		}
-		delay = min(delay*3/2, time.Second)
+		delay = min(delay*3/2, 250*time.Millisecond)
 	}
 }
 

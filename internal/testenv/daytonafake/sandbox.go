@@ -378,7 +378,24 @@ func (sb *sandbox) create(ctx context.Context) error {
 		return fmt.Errorf("inspect image %s: %w", image, err)
 	}
 	sb.setState(apiclient.SANDBOXSTATE_CREATING, "")
-	return sb.runContainer(ctx, image)
+	sb.s.mu.Lock()
+	k, poolable := sb.poolKeyLocked(image)
+	sb.s.mu.Unlock()
+	if poolable {
+		if id, ok := sb.s.takeWarm(k); ok {
+			sb.s.mu.Lock()
+			sb.containerID = id
+			sb.s.mu.Unlock()
+			return nil
+		}
+	}
+	if err := sb.runContainer(ctx, image); err != nil {
+		return err
+	}
+	if poolable {
+		sb.s.refillWarm(k)
+	}
+	return nil
 }
 
 // runContainer creates and starts the container from image with the

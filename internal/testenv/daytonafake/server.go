@@ -92,6 +92,10 @@ type Options struct {
 	Addr string
 	// Logger receives the fake's diagnostics; nil discards them.
 	Logger *slog.Logger
+	// WarmPool is how many started containers of each sandbox shape
+	// already asked for the fake keeps ready, like Daytona's warm pool
+	// (see pool.go); 0 means none.
+	WarmPool int
 }
 
 // Request is one control-plane request as the fake received it.
@@ -120,6 +124,9 @@ type Server struct {
 	requests  []Request
 	toolboxN  int // toolbox calls received
 	closed    bool
+
+	pool        map[poolKey][]string // ready container ids by shape
+	poolFilling map[poolKey]bool
 }
 
 // Labels the fake puts on its containers and images.
@@ -162,6 +169,9 @@ func New(opts Options) (*Server, error) {
 		stop:      cancel,
 		sandboxes: map[string]*sandbox{},
 		execs:     map[string]*ptySession{},
+
+		pool:        map[poolKey][]string{},
+		poolFilling: map[poolKey]bool{},
 	}
 	s.reapDead(ctx)
 	mux := http.NewServeMux()
@@ -240,6 +250,7 @@ func (s *Server) Close() error {
 	}
 	s.stop()
 	s.wg.Wait()
+	s.drainPool(ctx)
 	return errors.Join(errs...)
 }
 

@@ -13,14 +13,14 @@ import (
 
 // Start starts a fake for a test on the real Docker daemon, with the test
 // image (dockerenv.Image) as the image of sandboxes created without one.
-// It is closed, and everything it created removed, when the test ends. Like
+// It keeps a warm pool of one container per sandbox shape. It is closed, and everything it created removed, when the test ends. Like
 // dockerenv.Require it skips without a daemon, and fails instead when CI
 // is set.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	cli := dockerenv.Require(t)
 	img := dockerenv.Image(t)
-	s, err := New(Options{Docker: cli, DefaultImage: img, Logger: testLogger(t)})
+	s, err := New(Options{Docker: cli, DefaultImage: img, Logger: testLogger(t), WarmPool: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

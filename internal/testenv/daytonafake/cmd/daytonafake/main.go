@@ -33,14 +33,15 @@ func main() {
 	key := flag.String("key", "", "API key clients must present (default: random)")
 	image := flag.String("image", "", "image of sandboxes created without one (default: berth's test image, built if missing)")
 	verbose := flag.Bool("v", false, "log every state change")
+	warm := flag.Int("warm-pool", 1, "started containers kept ready per sandbox shape, like Daytona's warm pool (0: none)")
 	flag.Parse()
-	if err := run(*addr, *key, *image, *verbose); err != nil {
+	if err := run(*addr, *key, *image, *verbose, *warm); err != nil {
 		fmt.Fprintln(os.Stderr, "daytonafake:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, key, image string, verbose bool) error {
+func run(addr, key, image string, verbose bool, warm int) error {
 	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		return fmt.Errorf("docker client: %w", err)
@@ -62,7 +63,7 @@ func run(addr, key, image string, verbose bool) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	s, err := daytonafake.New(daytonafake.Options{Docker: cli, APIKey: key, DefaultImage: image, Addr: addr, Logger: log})
+	s, err := daytonafake.New(daytonafake.Options{Docker: cli, APIKey: key, DefaultImage: image, Addr: addr, Logger: log, WarmPool: warm})
 	if err != nil {
 		return err
 	}
