@@ -597,3 +597,49 @@ func TestPTYOutputBeforeClose(t *testing.T) {
 		t.Fatalf("got %d of the 2000000 bytes before the close", zeros)
 	}
 }
+
+// TestWarmPool checks that a create matching a shape already asked for is
+// served from a started container kept ready, that a sandbox with env is
+// not, and that Close removes the pool's containers too.
+func TestWarmPool(t *testing.T) {
+	cli := dockerenv.Require(t)
+	s := Start(t)
+	first := create(t, s, testImageBuild(t))
+	waitState(t, s, first.Id, apiclient.SANDBOXSTATE_STARTED)
+	var pooled string
+	for deadline := time.Now().Add(time.Minute); pooled == ""; {
+		s.mu.Lock()
+		for _, ids := range s.pool {
+			if len(ids) > 0 {
+				pooled = ids[0]
+			}
+		}
+		s.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("no container kept ready after the first create")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	second := create(t, s, testImageBuild(t))
+	waitState(t, s, second.Id, apiclient.SANDBOXSTATE_STARTED)
+	if info, _ := s.Sandbox(second.Id); info.ContainerID != pooled {
+		t.Fatalf("second sandbox runs container %s, want the pooled %s", info.ContainerID, pooled)
+	}
+	withEnv := testImageBuild(t)
+	withEnv.SetEnv(map[string]string{"A": "1"})
+	third := create(t, s, withEnv)
+	waitState(t, s, third.Id, apiclient.SANDBOXSTATE_STARTED)
+	if info, _ := s.Sandbox(third.Id); info.ContainerID == pooled {
+		t.Error("a sandbox with env got a pooled container")
+	}
+	if out, _, err := execute(t, s.ToolboxClient(third.Id, s.APIKey()), `sh -c "echo $A"`); err != nil || strings.TrimSpace(out.Result) != "1" {
+		t.Errorf("env of the unpooled sandbox: %v %v", out, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	list, err := cli.ContainerList(ctxT(t), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", labelInstance+"="+s.inst)})
+	if err != nil || len(list.Items) != 0 {
+		t.Fatalf("containers left after Close: %v %d", err, len(list.Items))
+	}
+}
