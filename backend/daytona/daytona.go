@@ -250,6 +250,9 @@ func (b *Backend) Start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 	if len(spec.Argv) == 0 {
 		return nil, errors.New("daytona: start: empty argv")
 	}
+	if spec.Dir == "" {
+		spec.Dir = b.spec.Workdir
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()

@@ -40,6 +40,7 @@ func init() {
 		{"OneShotLikeTheReference", testOneShot},
 		{"WriteFileDeclinesUncarriablePath", testWriteFileDeclines},
 		{"TrivialCommandIsOneRoundTrip", testOneRoundTrip},
+		{"CwdDefaultsToHomeAndFollowsConfig", testCwd},
 	}
 }
 
@@ -572,5 +573,17 @@ func TestConfigKey(t *testing.T) {
 	}
 	if got := cfg.Terminal.String(KeyImage); got != "python:3.12" {
 		t.Fatalf("TERMINAL_DAYTONA_IMAGE gave %q", got)
+	}
+}
+
+// testCwd checks where the shell starts: the home directory by default (as
+// on the other container backends), the configured cwd when it is a path
+// inside the sandbox.
+func testCwd(t *testing.T, fake *daytonafake.Server) {
+	must(t, termEnv(t, newBackend(t, testOptions(t, fake, nil, nil))), "pwd", "/root")
+	b := newBackend(t, testOptions(t, fake, func(c *config.Terminal) { c.Cwd = "/tmp" }, nil))
+	must(t, termEnv(t, b), "pwd", "/tmp")
+	if out, _ := run(t, b, "pwd", ""); out != "/tmp\n" {
+		t.Errorf("a process started without a directory runs in %q, want the configured /tmp", out)
 	}
 }

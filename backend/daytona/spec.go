@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -59,7 +60,30 @@ type spec struct {
 	NoNetwork  bool
 	Persistent bool
 	Target     string
+	Workdir    string // where processes start unless told otherwise
 	hash       string
+}
+
+// homeDir is where processes start by default: the home of the sandbox's
+// user (root in berth's sandboxes), as on the other container backends.
+const homeDir = "/root"
+
+// sandboxDir maps the configured cwd into the sandbox: an absolute path is
+// used as is; "", "~", a relative path and a path that only exists on the
+// host (/home/..., /Users/...) mean the home directory.
+func sandboxDir(cwd string) string {
+	cwd = strings.TrimSpace(cwd)
+	switch {
+	case cwd == "", cwd == "~", cwd == ".", !strings.HasPrefix(cwd, "/") && !strings.HasPrefix(cwd, "~/"):
+		return homeDir
+	case strings.HasPrefix(cwd, "~/"):
+		return path.Join(homeDir, cwd[2:])
+	case cwd == "/home" || strings.HasPrefix(cwd, "/home/"),
+		cwd == "/Users" || strings.HasPrefix(cwd, "/Users/"),
+		strings.HasPrefix(cwd, "/private/"), strings.HasPrefix(cwd, "/Volumes/"):
+		return homeDir
+	}
+	return path.Clean(cwd)
 }
 
 var nameUnsafe = regexp.MustCompile(`[^A-Za-z0-9._-]`)
@@ -94,6 +118,7 @@ func buildSpec(opts backend.Options, target string, log *slog.Logger) (*spec, er
 		NoNetwork:  !c.DockerNetwork,
 		Persistent: c.ContainerPersistent,
 		Target:     target,
+		Workdir:    sandboxDir(c.Cwd),
 	}
 	if sp.Image == "" {
 		return nil, fmt.Errorf("daytona: %s is empty: name the image the sandbox runs (default %s)", KeyImage, config.DefaultImage)

@@ -56,3 +56,15 @@ func TestSpecResources(t *testing.T) {
 		t.Errorf("negative memory: %v", err)
 	}
 }
+
+// TestSandboxDir checks how the configured cwd maps into the sandbox.
+func TestSandboxDir(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "/root", "~": "/root", ".": "/root", "src": "/root", "~/src": "/root/src",
+		"/home/me/proj": "/root", "/Users/me": "/root", "/workspace": "/workspace", "/tmp/../srv/": "/srv",
+	} {
+		if got := sandboxDir(in); got != want {
+			t.Errorf("sandboxDir(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
