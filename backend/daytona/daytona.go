@@ -15,7 +15,8 @@
 // daytona_image (the backend's one key of its own), with container_cpu cores, container_memory and
 // container_disk rounded up to whole GiB (the disk capped at Daytona's 10
 // GiB, with a warning), auto-stop off while berth holds it, and no network
-// when docker_network is false.
+// when docker_network is false. Processes start in /root, or in the
+// configured cwd when that is a path inside the sandbox.
 //
 // Every process — the session's persistent shell, the kill script, a
 // background job — runs on its own PTY session of the toolbox, streamed

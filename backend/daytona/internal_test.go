@@ -441,7 +441,8 @@ func testEnvAdmin(t *testing.T, fake *daytonafake.Server) {
 	}
 	found := false
 	for _, e := range list {
-		found = found || e.Key == opts.Key && e.ID == id && e.Persistent && e.State == "started" && e.Backend == Name
+		found = found || e.Key == opts.Key && e.ID == id && e.Persistent && e.State == "started" && e.Backend == Name &&
+			e.Image == dockerenv.Image(t)
 	}
 	if !found {
 		t.Fatalf("berth env ls does not show %s: %+v", opts.Key, list)

@@ -73,12 +73,16 @@ func (envAdmin) List(ctx context.Context, opts backend.Options) ([]backend.EnvIn
 	out := make([]backend.EnvInfo, 0, len(items))
 	for _, it := range items {
 		created, _ := time.Parse(time.RFC3339Nano, it.GetCreatedAt())
+		image := it.Labels[LabelImage]
+		if image == "" {
+			image = it.GetSnapshot()
+		}
 		out = append(out, backend.EnvInfo{
 			Backend:    Name,
 			Key:        it.Labels[LabelKey],
 			State:      string(it.GetState()),
 			ID:         it.Id,
-			Image:      it.GetSnapshot(),
+			Image:      image,
 			Created:    created,
 			Persistent: it.Labels[LabelPersistent] == "1",
 		})

@@ -47,7 +47,10 @@ import (
 //     "\x1eBERTHX<nonce>:<status>\x00" (the status sh reports: 128+N for
 //     a signal), so Wait learns it in order with the output and before the
 //     session closes — Daytona's daemon closes its websockets as soon as
-//     the shell exits, possibly before the last output was sent.
+//     the shell exits, possibly before the last output was sent. Without
+//     TTY the shell then waits for berth's acknowledgement line ("a") and
+//     only exits once berth has seen the frame, so the daemon's close can
+//     no longer cut the end of the output.
 //
 // Stdin travels to the decoder as lines "d<bytes as printf %b escapes>\n";
 // "e\n" ends it (EOF). The decoder reads the terminal a byte at a time (the

@@ -43,6 +43,7 @@ const (
 	LabelOwner      = "berth.owner"      // "<boot id>/<pid>/<start time>" of the berth that created it
 	LabelPersistent = "berth.persistent" // "1" when container_persistent was on
 	LabelConfig     = "berth.config"     // hash of the settings that shape the sandbox
+	LabelImage      = "berth.image"      // daytona_image, for berth env ls
 )
 
 // MaxDiskGiB is the largest disk Daytona gives a sandbox; berth caps
@@ -155,6 +156,7 @@ func (sp *spec) labels() map[string]string {
 		LabelOwner:      currentOwner(),
 		LabelPersistent: boolLabel(sp.Persistent),
 		LabelConfig:     sp.hash,
+		LabelImage:      sp.Image,
 	}
 }
 
