@@ -14,6 +14,7 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/procmark"
 	"github.com/a55dbaac/berth/internal/testenv/daytonafake"
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 	"github.com/a55dbaac/berth/terminal"
@@ -395,7 +396,7 @@ func testCrashedOwners(t *testing.T, fake *daytonafake.Server) {
 	ctx := ctxT(t)
 	// Two sandboxes as a berth that died would leave them: running, owned
 	// by a process of this boot that no longer exists.
-	dead := bootID() + "/999999999/1"
+	dead := procmark.BootID() + "/999999999/1"
 	old := currentOwner
 	currentOwner = func() string { return dead }
 	throwaway := testOptions(t, fake, nil, nil)

@@ -11,6 +11,7 @@ import (
 	apiclient "github.com/daytona/clients/api-client-go"
 
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/internal/procmark"
 )
 
 // admin is an API client without a sandbox, for berth env and doctor.
@@ -169,7 +170,7 @@ func (b *Backend) reapOnce(ctx context.Context) {
 		return
 	}
 	for _, it := range items {
-		if it.GetState() != apiclient.SANDBOXSTATE_STARTED || !ownerGone(it.Labels[LabelOwner]) {
+		if it.GetState() != apiclient.SANDBOXSTATE_STARTED || !procmark.Gone(it.Labels[LabelOwner]) {
 			continue
 		}
 		if it.Labels[LabelPersistent] == "1" {

@@ -7,16 +7,15 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"path"
 	"regexp"
-	"strconv"
 	"strings"
 
 	apiclient "github.com/daytona/clients/api-client-go"
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/procmark"
 )
 
 // KeyImage is the configuration key naming the sandbox's image.
@@ -189,59 +188,7 @@ func (sp *spec) createRequest() apiclient.CreateSandbox {
 	return *req
 }
 
-// currentOwner is this process's owner label: the boot id, pid and start
-// time, so a later berth on the same machine can tell whether the process
-// that created a throwaway sandbox still runs.
-var currentOwner = func() string { return ownerOf(os.Getpid()) }
-
-// ownerOf builds the owner label of a live process ("" when /proc cannot
-// tell).
-func ownerOf(pid int) string {
-	boot := bootID()
-	st, ok := startTime(pid)
-	if boot == "" || !ok {
-		return ""
-	}
-	return boot + "/" + strconv.Itoa(pid) + "/" + st
-}
-
-func bootID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// startTime is a process's start time in clock ticks since boot.
-func startTime(pid int) (string, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return "", false
-	}
-	return f[19], true
-}
-
-// ownerGone reports whether label names a process of this boot of this
-// machine that no longer runs; owners elsewhere are never judged gone.
-func ownerGone(label string) bool {
-	parts := strings.Split(label, "/")
-	if len(parts) != 3 || parts[0] == "" || parts[0] != bootID() {
-		return false
-	}
-	pid, err := strconv.Atoi(parts[1])
-	if err != nil || pid <= 0 {
-		return false
-	}
-	st, alive := startTime(pid)
-	return !alive || st != parts[2]
-}
+// currentOwner is this process's owner label (see internal/procmark), so
+// a later berth on the same machine can tell whether the process that
+// created a throwaway sandbox still runs. Tests replace it.
+var currentOwner = procmark.Self
