@@ -44,6 +44,10 @@ func TestConformance(t *testing.T) {
 				{"LargeOutputBoundedMemory", testLargeOutputBoundedMemory},
 				{"ManyChannelsBeyondMaxSessions", testManyChannelsBeyondMaxSessions},
 				{"SessionEnv", testSessionEnv},
+				{"ProxyJumpOneHop", testProxyJumpOneHop},
+				{"ProxyJumpTwoHops", testProxyJumpTwoHops},
+				{"ProxyJumpFromSSHConfig", testProxyJumpFromSSHConfig},
+				{"ProxyCommand", testProxyCommand},
 			} {
 				t.Run(c.name, c.fn)
 			}
