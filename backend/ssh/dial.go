@@ -62,10 +62,11 @@ func (e *AuthError) Error() string {
 
 func (e *AuthError) Unwrap() error { return e.Err }
 
-// target is the resolved destination: the berth settings merged with
+// target is one resolved host of a route: the berth settings (for the
+// destination) or a ProxyJump entry (for a jump host) merged with
 // ~/.ssh/config for the host.
 type target struct {
-	alias          string // ssh_host as configured
+	alias          string // ssh_host or the ProxyJump entry's host, as written
 	host           string // host name dialled (HostName)
 	port           int
 	user           string
@@ -81,6 +82,12 @@ type target struct {
 	keepMax        int
 	agentSock      string
 	unsupported    []string
+
+	// How the host is reached: through the jump host via (itself a
+	// target with its own route), through the transport of proxyCommand
+	// (expanded, run with /bin/sh -c), or, when both are empty, directly.
+	via          *target
+	proxyCommand string
 }
 
 func (t *target) addr() string { return net.JoinHostPort(t.host, strconv.Itoa(t.port)) }
@@ -107,9 +114,22 @@ func localHome(getenv func(string) string) (string, error) {
 	return h, nil
 }
 
+// resolver holds what every host of a route shares: the local home and
+// user, the ssh_key setting and the agent.
+type resolver struct {
+	home      string
+	sshDir    string
+	localUser string
+	sshKey    string // terminal.ssh_key as set (tokens expanded per host)
+	agentSock string
+	log       *slog.Logger
+}
+
 // resolveTarget merges the terminal settings with ~/.ssh/config. Explicit
-// berth settings win over the config file (like ssh's -l/-p/-i flags), except
-// that ssh_port 22 (the default) yields to a Port from ~/.ssh/config.
+// berth settings win over the config file (like ssh's -l/-p/-i/-J flags),
+// except that ssh_port 22 (the default) yields to a Port from
+// ~/.ssh/config. The jump hosts of the route are resolved too, each through
+// ~/.ssh/config.
 func resolveTarget(opts backend.Options, log *slog.Logger) (*target, error) {
 	getenv := getenvFunc(opts)
 	cfg := opts.Config
@@ -128,18 +148,136 @@ func resolveTarget(opts backend.Options, log *slog.Logger) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	sshDir := filepath.Join(home, ".ssh")
-	hs, err := readSSHConfig(filepath.Join(sshDir, "config"), sshDir, alias, log)
+	r := &resolver{
+		home:      home,
+		sshDir:    filepath.Join(home, ".ssh"),
+		localUser: getenv("USER"),
+		sshKey:    cfg.String(keyKey),
+		agentSock: getenv("SSH_AUTH_SOCK"),
+		log:       log,
+	}
+	if r.localUser == "" {
+		if u, err := user.Current(); err == nil {
+			r.localUser = u.Username
+		}
+	}
+	hs, err := r.config(alias)
+	if err != nil {
+		return nil, err
+	}
+	if userName == "" {
+		userName = hs.get("user")
+	}
+	if userName == "" {
+		return nil, &ConfigError{Msg: fmt.Sprintf("no user for host %s: set terminal.ssh_user in the config file or the TERMINAL_SSH_USER environment variable (or a User line for the host in ~/.ssh/config)", alias)}
+	}
+	port := cfg.Int(keyPort)
+	if port < 0 || port > 65535 {
+		return nil, &ConfigError{Msg: fmt.Sprintf("bad terminal.ssh_port (TERMINAL_SSH_PORT) %d", port)}
+	}
+	if port == 22 {
+		port = 0 // the default yields to a Port in ~/.ssh/config
+	}
+	t, err := r.host(alias, userName, port, hs)
+	if err != nil {
+		return nil, err
+	}
+	jump, command, err := routeOf(cfg.String(keyProxyJump), cfg.String(keyProxyCommand), hs)
+	if err != nil {
+		return nil, err
+	}
+	source := "terminal.ssh_proxy_jump (TERMINAL_SSH_PROXY_JUMP)"
+	if strings.TrimSpace(cfg.String(keyProxyJump)) == "" && strings.TrimSpace(cfg.String(keyProxyCommand)) == "" {
+		source = "~/.ssh/config ProxyJump for " + alias
+	}
+	if err := r.route(t, jump, command, source, 0); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// config reads ~/.ssh/config for host.
+func (r *resolver) config(host string) (*hostSettings, error) {
+	hs, err := readSSHConfig(filepath.Join(r.sshDir, "config"), r.sshDir, host, r.log)
 	if err != nil {
 		return nil, fmt.Errorf("ssh backend: %w", err)
 	}
+	return hs, nil
+}
+
+// route sets how t is reached: a ProxyCommand (its tokens expanded for t)
+// or the jump hosts of a ProxyJump list. Like OpenSSH, the last entry of the
+// list is the host that opens the tunnel to t, each entry is reached
+// through the one before it, and only the first entry follows its own
+// ProxyJump/ProxyCommand from ~/.ssh/config. depth counts the hops already
+// on the route; source names where jump came from, for errors.
+func (r *resolver) route(t *target, jump, command, source string, depth int) error {
+	if command != "" {
+		cmd, err := expandTokens(command, map[byte]string{
+			'h': t.host, 'p': strconv.Itoa(t.port), 'r': t.user, 'n': t.alias, 'd': r.home, 'u': r.localUser,
+		})
+		if err != nil {
+			return &ConfigError{Msg: fmt.Sprintf("ProxyCommand for %s: %v", t.alias, err)}
+		}
+		t.proxyCommand = cmd
+		return nil
+	}
+	if jump == "" {
+		return nil
+	}
+	hops, err := parseJumpList(jump, source)
+	if err != nil {
+		return err
+	}
+	if depth+len(hops) > maxJumpHops {
+		return &ConfigError{Msg: fmt.Sprintf("the route to %s has more than %d jump hosts (%s %q); is there a ProxyJump loop in ~/.ssh/config? (a \"Host *\" ProxyJump applies to the jump host too; exclude it with \"Host * !bastion\")", t.alias, maxJumpHops, source, jump)}
+	}
+	var prev *target
+	for i, h := range hops {
+		hs, err := r.config(h.host)
+		if err != nil {
+			return err
+		}
+		u := h.user
+		if u == "" {
+			u = hs.get("user")
+		}
+		if u == "" {
+			u = r.localUser
+		}
+		if u == "" {
+			return &ConfigError{Msg: fmt.Sprintf("no user for jump host %s: write it as user@%s in %s or add a User line for it in ~/.ssh/config", h.host, h.host, source)}
+		}
+		ht, err := r.host(h.host, u, h.port, hs)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			j, c, _ := routeOf("", "", hs)
+			if err := r.route(ht, j, c, "~/.ssh/config ProxyJump for jump host "+h.host, depth+len(hops)); err != nil {
+				return err
+			}
+		} else {
+			ht.via = prev
+		}
+		prev = ht
+	}
+	t.via = prev
+	return nil
+}
+
+// host resolves one host from ~/.ssh/config (hs) and what the caller fixed:
+// userName ("" takes the config's User) and port (0 takes the config's
+// Port, else 22).
+func (r *resolver) host(alias, userName string, port int, hs *hostSettings) (*target, error) {
+	var err error
 	t := &target{
 		alias:          alias,
-		home:           home,
+		home:           r.home,
 		connectTimeout: DefaultConnectTimeout,
 		keepInterval:   DefaultKeepAliveInterval,
 		keepMax:        DefaultKeepAliveMax,
-		agentSock:      getenv("SSH_AUTH_SOCK"),
+		agentSock:      r.agentSock,
 		unsupported:    hs.unsupported,
 	}
 	t.host = alias
@@ -151,12 +289,9 @@ func resolveTarget(opts backend.Options, log *slog.Logger) (*target, error) {
 	if userName == "" {
 		userName = hs.get("user")
 	}
-	if userName == "" {
-		return nil, &ConfigError{Msg: fmt.Sprintf("no user for host %s: set terminal.ssh_user in the config file or the TERMINAL_SSH_USER environment variable (or a User line for the host in ~/.ssh/config)", alias)}
-	}
 	t.user = userName
-	t.port = cfg.Int(keyPort)
-	if p := hs.get("port"); p != "" && (t.port == 0 || t.port == 22) {
+	t.port = port
+	if p := hs.get("port"); p != "" && t.port == 0 {
 		n, err := strconv.Atoi(p)
 		if err != nil || n <= 0 || n > 65535 {
 			return nil, &ConfigError{Msg: fmt.Sprintf("~/.ssh/config: bad Port %q for host %s", p, alias)}
@@ -166,29 +301,20 @@ func resolveTarget(opts backend.Options, log *slog.Logger) (*target, error) {
 	if t.port == 0 {
 		t.port = 22
 	}
-	if t.port < 0 || t.port > 65535 {
-		return nil, &ConfigError{Msg: fmt.Sprintf("bad terminal.ssh_port (TERMINAL_SSH_PORT) %d", t.port)}
-	}
-	localUser := getenv("USER")
-	if localUser == "" {
-		if u, err := user.Current(); err == nil {
-			localUser = u.Username
-		}
-	}
-	tokens := map[byte]string{'d': home, 'h': t.host, 'n': alias, 'p': strconv.Itoa(t.port), 'r': t.user, 'u': localUser}
+	tokens := map[byte]string{'d': r.home, 'h': t.host, 'n': alias, 'p': strconv.Itoa(t.port), 'r': t.user, 'u': r.localUser}
 	expandPath := func(p string) (string, error) {
 		p, err := expandTokens(p, tokens)
 		if err != nil {
 			return "", err
 		}
-		p = expandTilde(p, home)
+		p = expandTilde(p, r.home)
 		if !filepath.IsAbs(p) {
-			p = filepath.Join(home, p)
+			p = filepath.Join(r.home, p)
 		}
 		return p, nil
 	}
-	if sshKey := cfg.String(keyKey); sshKey != "" {
-		if t.sshKey, err = expandPath(sshKey); err != nil {
+	if r.sshKey != "" {
+		if t.sshKey, err = expandPath(r.sshKey); err != nil {
 			return nil, err
 		}
 	}
@@ -211,7 +337,7 @@ func resolveTarget(opts backend.Options, log *slog.Logger) (*target, error) {
 		t.knownHosts = append(t.knownHosts, p)
 	}
 	if len(t.knownHosts) == 0 {
-		t.knownHosts = []string{filepath.Join(sshDir, "known_hosts")}
+		t.knownHosts = []string{filepath.Join(r.sshDir, "known_hosts")}
 	}
 	t.hashKnownHosts = strings.EqualFold(hs.get("hashknownhosts"), "yes")
 	t.refuseUnknown = strings.EqualFold(hs.get("stricthostkeychecking"), "yes")
@@ -261,6 +387,7 @@ func (c *transportConn) Read(b []byte) (int, error) {
 // conn is one SSH connection and its keep-alive loop.
 type conn struct {
 	transport *transportConn
+	under     io.Closer // the jump host connection carrying transport, or nil
 	client    *gossh.Client
 	done      chan struct{} // closed when the connection has ended
 	err       error         // why it ended; set before done is closed
@@ -299,6 +426,14 @@ func (c *conn) closeWith(why error) {
 	}
 	c.mu.Unlock()
 	c.client.Close()
+	c.closeUnder()
+}
+
+// closeUnder closes the jump host connections under c.
+func (c *conn) closeUnder() {
+	if c.under != nil {
+		c.under.Close()
+	}
 }
 
 // deathError describes why the connection ended.
@@ -311,6 +446,11 @@ func (c *conn) deathError() error {
 	}
 	select {
 	case <-c.done: // c.err is set
+		if pc, ok := c.transport.Conn.(*proxyConn); ok {
+			if pe := pc.failure(c.err); pe != nil {
+				return fmt.Errorf("connection lost: %w", pe)
+			}
+		}
 		if c.err != nil && !errors.Is(c.err, net.ErrClosed) {
 			return fmt.Errorf("connection lost: %w", c.err)
 		}
@@ -443,8 +583,120 @@ func loadKeyFile(path string) (gossh.Signer, gossh.PublicKey, error) {
 	return nil, nil, fmt.Errorf("parse private key %s: %w", path, err)
 }
 
-// dial opens and authenticates one connection and starts its keep-alives.
+// dial opens and authenticates one connection to t over its route (jump
+// hosts, a proxy command or TCP) and starts its keep-alives.
 func dial(ctx context.Context, t *target, log *slog.Logger) (*conn, error) {
+	start := time.Now()
+	h, err := handshake(ctx, t, log)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{
+		transport: h.tc,
+		under:     h.under,
+		client:    gossh.NewClient(h.sc, h.chans, h.reqs),
+		done:      make(chan struct{}),
+		version:   string(h.sc.ServerVersion()),
+		hostKey:   h.hk.key,
+		newHost:   h.hk.recorded,
+	}
+	go func() {
+		c.err = c.client.Wait()
+		// The route goes with the connection: the jump hosts' connections
+		// are closed and a proxy command is killed and reaped.
+		c.transport.Close()
+		c.closeUnder()
+		close(c.done)
+	}()
+	go c.keepAlive(t.keepInterval, t.keepMax, log)
+	log.Debug("ssh: connected", "target", t.String(), "route", routeString(t), "server", c.version, "took", time.Since(start))
+	return c, nil
+}
+
+// handshaken is an authenticated SSH connection not yet wrapped in a client.
+type handshaken struct {
+	tc    *transportConn
+	sc    gossh.Conn
+	chans <-chan gossh.NewChannel
+	reqs  <-chan *gossh.Request
+	hk    *hostKeyChecker
+	under io.Closer // the jump host connection carrying tc; nil when none
+}
+
+// jumpLink is a jump host's connection, and what carries it in turn.
+type jumpLink struct {
+	client *gossh.Client
+	under  io.Closer
+	once   sync.Once
+}
+
+func (j *jumpLink) Close() error {
+	j.once.Do(func() {
+		j.client.Close()
+		if j.under != nil {
+			j.under.Close()
+		}
+	})
+	return nil
+}
+
+// openTransport opens the byte stream to t: a tunnel (direct-tcpip) through
+// the jump host t.via, the stdin/stdout of t.proxyCommand, or a TCP
+// connection. under is what carries a tunnel, for the caller to close.
+func openTransport(ctx context.Context, t *target, log *slog.Logger) (nc net.Conn, under io.Closer, err error) {
+	addr := t.addr()
+	switch {
+	case t.proxyCommand != "":
+		pc, err := startProxyCommand(addr, t.proxyCommand)
+		if err != nil {
+			return nil, nil, err
+		}
+		log.Debug("ssh: proxy command started", "host", addr, "command", t.proxyCommand, "pid", pc.cmd.Process.Pid)
+		return pc, nil, nil
+	case t.via != nil:
+		hop := hopName(t.via)
+		h, err := handshake(ctx, t.via, log)
+		if err != nil {
+			var he *HopError
+			if errors.As(err, &he) { // a hop before this one failed
+				return nil, nil, err
+			}
+			return nil, nil, &HopError{Hop: hop, Err: err}
+		}
+		jl := &jumpLink{client: gossh.NewClient(h.sc, h.chans, h.reqs), under: h.under}
+		nc, err := jl.client.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			jl.Close()
+			if ctx.Err() != nil {
+				return nil, nil, &HopError{Hop: hop, Err: fmt.Errorf("open a tunnel to %s: %w", addr, ctx.Err())}
+			}
+			return nil, nil, &HopError{Hop: hop, Err: &backend.UnreachableError{
+				Backend: "ssh",
+				Target:  addr + " through it",
+				Hint:    "check that the jump host can reach that host and port and that its sshd allows forwarding there (AllowTcpForwarding, PermitOpen)",
+				Err:     err,
+			}}
+		}
+		log.Debug("ssh: tunnel open", "jump", hop, "to", addr)
+		return nc, jl, nil
+	default:
+		d := net.Dialer{Timeout: t.connectTimeout}
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, nil, &backend.UnreachableError{
+				Backend: "ssh",
+				Target:  addr,
+				Hint:    "check that sshd runs there and that terminal.ssh_host/ssh_port (TERMINAL_SSH_HOST/TERMINAL_SSH_PORT) or ~/.ssh/config HostName/Port are right",
+				Err:     err,
+			}
+		}
+		return nc, nil, nil
+	}
+}
+
+// handshake opens t's transport and runs the SSH handshake and
+// authentication with the host-key and key rules, within t.connectTimeout.
+func handshake(ctx context.Context, t *target, log *slog.Logger) (*handshaken, error) {
 	addr := t.addr()
 	unreachable := func(err error) error {
 		return &backend.UnreachableError{
@@ -483,57 +735,67 @@ func dial(ctx context.Context, t *target, log *slog.Logger) (*conn, error) {
 		cfg.Auth = []gossh.AuthMethod{gossh.PublicKeys(signers...)}
 	}
 
-	start := time.Now()
-	d := net.Dialer{Timeout: t.connectTimeout}
-	nc, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, unreachable(err)
-	}
-	deadline := start.Add(t.connectTimeout)
+	deadline := time.Now().Add(t.connectTimeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
-	_ = nc.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	nc, under, err := openTransport(ctx, t, log)
+	if err != nil {
+		return nil, err
+	}
+	closeAll := func() {
+		nc.Close()
+		if under != nil {
+			under.Close()
+		}
+	}
+	// A tunnel has no deadlines: the handshake is bounded by closing the
+	// transport, which works for every kind.
+	var cut atomic.Int32 // 1: the deadline passed, 2: ctx was cancelled
+	timer := time.AfterFunc(time.Until(deadline), func() {
+		cut.CompareAndSwap(0, 1)
+		nc.Close()
+	})
+	stop := context.AfterFunc(ctx, func() {
+		cut.CompareAndSwap(0, 2)
+		nc.Close()
+	})
 	tc := &transportConn{Conn: nc}
 	sc, chans, reqs, err := gossh.NewClientConn(tc, addr, cfg)
-	stop()
-	if err != nil {
-		nc.Close()
-		if hk.err != nil {
-			return nil, hk.err
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("ssh backend: connect to %s: %w", addr, ctx.Err())
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return nil, unreachable(fmt.Errorf("no SSH handshake within %s: %w", t.connectTimeout, err))
-		}
-		if strings.Contains(err.Error(), "unable to authenticate") {
-			return nil, &AuthError{Target: t.String(), Tried: tried, Notes: notes, Err: err}
-		}
-		if errors.Is(err, io.EOF) || strings.Contains(err.Error(), "connection reset") {
-			return nil, unreachable(fmt.Errorf("server closed the connection during the SSH handshake: %w", err))
-		}
-		return nil, fmt.Errorf("ssh backend: handshake with %s: %w", addr, err)
+	timerStopped, ctxStopped := timer.Stop(), stop()
+	if err == nil && (!timerStopped || !ctxStopped) {
+		sc.Close() // cut just as the handshake finished
+		err = net.ErrClosed
 	}
-	_ = nc.SetDeadline(time.Time{})
-	c := &conn{
-		transport: tc,
-		client:    gossh.NewClient(sc, chans, reqs),
-		done:      make(chan struct{}),
-		version:   string(sc.ServerVersion()),
-		hostKey:   hk.key,
-		newHost:   hk.recorded,
+	if err == nil {
+		return &handshaken{tc: tc, sc: sc, chans: chans, reqs: reqs, hk: hk, under: under}, nil
 	}
-	go func() {
-		c.err = c.client.Wait()
-		close(c.done)
-	}()
-	go c.keepAlive(t.keepInterval, t.keepMax, log)
-	log.Debug("ssh: connected", "target", t.String(), "server", c.version, "took", time.Since(start))
-	return c, nil
+	closeAll() // a proxy command is reaped, and says why it ended
+	var pcErr *ProxyCommandError
+	if pc, ok := nc.(*proxyConn); ok && cut.Load() == 0 {
+		pcErr = pc.failure(nil)
+	}
+	var out error
+	var ne net.Error
+	switch {
+	case hk.err != nil:
+		return nil, hk.err
+	case cut.Load() == 2 || ctx.Err() != nil:
+		out = fmt.Errorf("ssh backend: connect to %s: %w", addr, ctx.Err())
+	case cut.Load() == 1 || errors.As(err, &ne) && ne.Timeout():
+		out = unreachable(fmt.Errorf("no SSH handshake within %s: %w", t.connectTimeout, err))
+	case strings.Contains(err.Error(), "unable to authenticate"):
+		return nil, &AuthError{Target: t.String(), Tried: tried, Notes: notes, Err: err}
+	case errors.Is(err, io.EOF) || strings.Contains(err.Error(), "connection reset"):
+		out = unreachable(fmt.Errorf("server closed the connection during the SSH handshake: %w", err))
+	default:
+		out = fmt.Errorf("ssh backend: handshake with %s: %w", addr, err)
+	}
+	if pcErr != nil {
+		pcErr.Err, pcErr.cause = out, err
+		return nil, pcErr
+	}
+	return nil, out
 }
 
 // keepAlive sends keepalive@openssh.com every interval and closes the

@@ -22,6 +22,9 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 	}
 	defer b.Close(context.Background())
 	fp := backend.Fingerprint{}
+	if route := routeString(b.t); route != "direct" {
+		fp.Details = append(fp.Details, "route: "+route)
+	}
 	if len(b.t.unsupported) > 0 {
 		fp.Details = append(fp.Details, fmt.Sprintf("~/.ssh/config directives ignored for %s: %v", b.t.alias, b.t.unsupported))
 	}
@@ -67,6 +70,15 @@ func fixFor(err error) string {
 	var ae *AuthError
 	var hc *HostKeyChangedError
 	var hu *HostKeyUnknownError
+	var he *HopError
+	var pe *ProxyCommandError
+	if errors.As(err, &he) {
+		return fmt.Sprintf("the jump host %s failed (see above): %s; check terminal.ssh_proxy_jump (TERMINAL_SSH_PROXY_JUMP) or the ProxyJump line and the jump host's entry in ~/.ssh/config",
+			he.Hop, fixFor(he.Err))
+	}
+	if errors.As(err, &pe) {
+		return "run the proxy command by hand to see what it needs; check terminal.ssh_proxy_command (TERMINAL_SSH_PROXY_COMMAND) or the ProxyCommand line in ~/.ssh/config"
+	}
 	switch {
 	case errors.As(err, &ce):
 		return "set the missing or malformed setting shown above"

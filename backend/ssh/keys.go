@@ -12,6 +12,9 @@ const (
 	keyUser = "ssh_user"
 	keyPort = "ssh_port"
 	keyKey  = "ssh_key"
+
+	keyProxyJump    = "ssh_proxy_jump"
+	keyProxyCommand = "ssh_proxy_command"
 )
 
 // configKeys are declared through the registration.
@@ -20,6 +23,8 @@ var configKeys = []config.Key{
 	{Name: keyUser, Default: "", Help: "remote user (else user@ in ssh_host, else User in ~/.ssh/config)"},
 	{Name: keyPort, Default: 22, Help: "remote port; 22 yields to a Port in ~/.ssh/config", Check: checkPort},
 	{Name: keyKey, Default: "", Help: "private key file (else the agent, IdentityFile and the default keys)"},
+	{Name: keyProxyJump, Default: "", Help: `jump hosts, "[user@]host[:port],..." like ssh -J, each resolved through ~/.ssh/config; "none" ignores ProxyJump/ProxyCommand in ~/.ssh/config`},
+	{Name: keyProxyCommand, Default: "", Help: `command run with /bin/sh -c whose stdin/stdout carry the connection (%h %p %r %n %%); "none" ignores ProxyJump/ProxyCommand in ~/.ssh/config`},
 }
 
 // checkPort accepts a TCP port number.

@@ -12,9 +12,22 @@
 //     IdentityFile (~ and %d %h %n %p %r %u tokens), IdentitiesOnly,
 //     UserKnownHostsFile, HashKnownHosts, StrictHostKeyChecking (yes refuses
 //     unknown hosts; anything else means accept-new), ConnectTimeout,
-//     ServerAliveInterval, ServerAliveCountMax, Include, and "Match all".
-//     Other directives are ignored and listed in a debug log; ProxyJump and
-//     ProxyCommand in a warning. /etc/ssh/ssh_config is not read.
+//     ServerAliveInterval, ServerAliveCountMax, ProxyJump, ProxyCommand,
+//     Include, and "Match all". Other directives are ignored and listed in
+//     a debug log. /etc/ssh/ssh_config is not read.
+//   - Bastions: ProxyJump (terminal.ssh_proxy_jump) is a -J style list of
+//     [user@]host[:port] jump hosts, each resolved through ~/.ssh/config
+//     (the first one following its own ProxyJump/ProxyCommand there, as
+//     OpenSSH does). Each jump host gets its own SSH connection with the
+//     same host-key and key rules (known_hosts entries under the hop's own
+//     host:port name; ssh_key, its IdentityFile entries, the agent, the
+//     default keys), and opens a direct-tcpip tunnel to the next one. A
+//     ProxyCommand (terminal.ssh_proxy_command) runs under /bin/sh -c with
+//     %h %p %r %n %% expanded, in its own process group; its stdin and
+//     stdout carry the connection, it is killed and reaped when the
+//     connection ends, and its exit status and stderr appear in errors.
+//     "none" turns either off. Errors from a jump host are *HopError
+//     naming it. A reconnect goes through the route again.
 //   - Keys: terminal.ssh_key, then IdentityFile entries, then ssh-agent keys
 //     (SSH_AUTH_SOCK), then ~/.ssh/id_ed25519, id_ecdsa, id_rsa when no key
 //     file was configured. Nothing ever prompts; passphrase-protected files

@@ -11,8 +11,7 @@ import (
 )
 
 // The subset of ssh_config(5) the backend honours. Every other directive met
-// in a matching block is listed in a debug log (and ProxyJump/ProxyCommand,
-// which change where the connection goes, in a warning).
+// in a matching block is listed in a debug log.
 var supportedDirectives = map[string]bool{
 	"host":                  true,
 	"match":                 true, // only "Match all"; other criteria skip the block
@@ -28,6 +27,8 @@ var supportedDirectives = map[string]bool{
 	"connecttimeout":        true,
 	"serveraliveinterval":   true,
 	"serveralivecountmax":   true,
+	"proxyjump":             true,
+	"proxycommand":          true,
 }
 
 // SupportedConfigDirectives lists the ~/.ssh/config directives the backend
@@ -57,6 +58,7 @@ func (h *hostSettings) get(key string) string { return h.values[key] }
 type configLine struct {
 	key  string // lower case
 	args []string
+	raw  string // the text after the keyword (and its '='), as written
 	file string
 	line int
 }
@@ -128,13 +130,8 @@ func applyConfigFile(path, sshDir, host string, hs *hostSettings, seen map[strin
 			if !seen[l.key] {
 				seen[l.key] = true
 				hs.unsupported = append(hs.unsupported, l.key)
-				if l.key == "proxyjump" || l.key == "proxycommand" {
-					log.Warn("ssh config: directive not supported; connecting directly",
-						"directive", l.key, "file", l.file, "line", l.line)
-				} else {
-					log.Debug("ssh config: directive not supported; ignored",
-						"directive", l.key, "file", l.file, "line", l.line)
-				}
+				log.Debug("ssh config: directive not supported; ignored",
+					"directive", l.key, "file", l.file, "line", l.line)
 			}
 			continue
 		}
@@ -142,6 +139,22 @@ func applyConfigFile(path, sshDir, host string, hs *hostSettings, seen map[strin
 			return fmt.Errorf("ssh config %s:%d: %s needs a value", l.file, l.line, l.key)
 		}
 		switch l.key {
+		case "proxyjump", "proxycommand":
+			// The two compete: whichever comes first wins, as in OpenSSH.
+			_, jump := hs.values["proxyjump"]
+			_, command := hs.values["proxycommand"]
+			if jump || command {
+				continue
+			}
+			if l.key == "proxyjump" {
+				if len(l.args) != 1 {
+					return fmt.Errorf("ssh config %s:%d: ProxyJump takes one comma-separated list of [user@]host[:port] without spaces, got %q", l.file, l.line, l.raw)
+				}
+				hs.values[l.key] = l.args[0]
+			} else {
+				// The command goes to /bin/sh -c as written, quotes included.
+				hs.values[l.key] = l.raw
+			}
 		case "identityfile":
 			hs.identityFiles = append(hs.identityFiles, l.args[0])
 		case "userknownhostsfile":
@@ -191,7 +204,7 @@ func parseConfigFile(path string) ([]configLine, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ssh config %s:%d: %w", path, n, err)
 		}
-		out = append(out, configLine{key: strings.ToLower(key), args: args, file: path, line: n})
+		out = append(out, configLine{key: strings.ToLower(key), args: args, raw: rest, file: path, line: n})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("ssh config %s: %w", path, err)

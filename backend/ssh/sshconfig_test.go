@@ -59,8 +59,8 @@ Match host box exec "true"
 	if len(hs.identityFiles) != 2 || hs.identityFiles[0] != "~/.ssh/from-include" || len(hs.knownHosts) != 2 {
 		t.Errorf("identity files %v, known hosts %v", hs.identityFiles, hs.knownHosts)
 	}
-	if len(hs.unsupported) != 1 || hs.unsupported[0] != "proxyjump" {
-		t.Errorf("unsupported: %v", hs.unsupported)
+	if len(hs.unsupported) != 0 || hs.get("proxyjump") != "bastion" {
+		t.Errorf("unsupported: %v, proxyjump %q", hs.unsupported, hs.get("proxyjump"))
 	}
 	got, err := expandTokens("%d/.ssh/id_%r-%h-%p-%%", map[byte]string{'d': "/home/u", 'r': "root", 'h': "box", 'p': "22"})
 	if err != nil || got != "/home/u/.ssh/id_root-box-22-%" {

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 )
 
 // SSHDPath is the sshd binary the package runs.
@@ -46,6 +47,7 @@ type Server struct {
 	hostKeyPath string
 	configPath  string
 	noSFTP      bool
+	forwarding  []string // PermitOpen targets; nil: no TCP forwarding
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -69,6 +71,19 @@ type Option func(*Server)
 // offers no SFTP: it refuses every request for the sftp subsystem.
 func WithoutSFTP() Option {
 	return func(s *Server) { s.noSFTP = true }
+}
+
+// WithForwarding makes the server a jump host: it accepts direct-tcpip
+// channels (AllowTcpForwarding local) to the given "host:port" targets only
+// (PermitOpen), or to any target when none is given. Without it the server
+// refuses every forwarding.
+func WithForwarding(permitOpen ...string) Option {
+	return func(s *Server) {
+		s.forwarding = append([]string{}, permitOpen...)
+		if len(s.forwarding) == 0 {
+			s.forwarding = []string{"any"}
+		}
+	}
 }
 
 // Start starts sshd and stops it (and every process it started that is still
@@ -249,7 +264,11 @@ func (s *Server) writeConfig() error {
 	if s.noSFTP {
 		sftp = "# no Subsystem sftp"
 	}
-	cfg := strings.Join([]string{
+	forward := []string{"AllowTcpForwarding no"}
+	if s.forwarding != nil {
+		forward = []string{"AllowTcpForwarding local", "PermitOpen " + strings.Join(s.forwarding, " ")}
+	}
+	cfg := strings.Join(append([]string{
 		"ListenAddress " + s.Addr(),
 		"HostKey " + s.hostKeyPath,
 		"AuthorizedKeysFile " + filepath.Join(s.Dir, "authorized_keys"),
@@ -270,8 +289,7 @@ func (s *Server) writeConfig() error {
 		// real dotfiles (here root's) must neither slow sessions down nor
 		// print into their output, so sessions start one level deeper.
 		"SetEnv SHLVL=1",
-		"",
-	}, "\n")
+	}, append(forward, "")...), "\n")
 	return os.WriteFile(s.configPath, []byte(cfg), 0o600)
 }
 
@@ -404,4 +422,42 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// KnownHostsLine returns the known_hosts line that pins the server's
+// current host key under its "[127.0.0.1]:port" name.
+func (s *Server) KnownHostsLine() string {
+	return knownhosts.Line([]string{knownhosts.Normalize(s.Addr())}, s.HostKey)
+}
+
+// Netcat returns a command that relays its stdin and stdout to a TCP
+// address given as two more words (host port), for ProxyCommand tests:
+// busybox's nc applet (scripts/ensure-docker.sh installs busybox-static).
+// When there is none, it skips the test, or fails it when CI is set.
+func Netcat(t testing.TB) string {
+	t.Helper()
+	var reasons []string
+	for _, bb := range []string{"/bin/busybox", "/usr/bin/busybox"} {
+		if _, err := os.Stat(bb); err != nil {
+			reasons = append(reasons, err.Error())
+			continue
+		}
+		out, err := exec.Command(bb, "--list").Output()
+		if err != nil {
+			reasons = append(reasons, fmt.Sprintf("%s --list: %v", bb, err))
+			continue
+		}
+		for _, applet := range strings.Fields(string(out)) {
+			if applet == "nc" {
+				return bb + " nc"
+			}
+		}
+		reasons = append(reasons, bb+" has no nc applet")
+	}
+	msg := "sshenv: no busybox nc for the ProxyCommand relay (install busybox-static): " + strings.Join(reasons, "; ")
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
 }
