@@ -63,6 +63,11 @@ type Options struct {
 	// Internal runs the backend's own tests inside the suite (rclone's
 	// InternalTester), as the "Internal" group.
 	Internal func(t *testing.T)
+	// Only, when set, selects the tests to run by name ("Group/Test", or
+	// the group's name for Files, FileWriter, Persistence and Internal):
+	// for a second run of part of the suite on another configuration of
+	// the same backend. Tests it rejects are not run at all.
+	Only func(name string) bool
 }
 
 // runTag makes the sleep durations the tests look for unique to this test
@@ -95,9 +100,19 @@ func Run(t *testing.T, f func(t testing.TB) backend.Backend, opts Options) {
 		opts.KeptDir = "$HOME"
 	}
 	s := &Suite{f: f, opts: opts}
+	selected := func(name string) bool { return opts.Only == nil || opts.Only(name) }
 	group := func(t *testing.T, name string, tests []namedTest) {
+		var run []namedTest
+		for _, c := range tests {
+			if selected(name + "/" + c.name) {
+				run = append(run, c)
+			}
+		}
+		if len(run) == 0 {
+			return
+		}
 		t.Run(name, func(t *testing.T) {
-			for _, c := range tests {
+			for _, c := range run {
 				t.Run(c.name, c.fn)
 			}
 		})
@@ -106,26 +121,32 @@ func Run(t *testing.T, f func(t testing.TB) backend.Backend, opts Options) {
 	group(t, "Terminal", s.terminalTests())
 	group(t, "Background", s.backgroundTests())
 	group(t, "Hardening", s.hardeningTests())
-	t.Run("Files", func(t *testing.T) {
-		RunFiles(t, s.env(t))
-	})
-	t.Run("FileWriter", func(t *testing.T) {
-		be := f(t)
-		fw, ok := be.(backend.FileWriter)
-		if !ok {
-			t.Skipf("%s does not implement backend.FileWriter", be.Name())
-		}
-		s.fileWriterTests(t, be, fw)
-	})
-	t.Run("Persistence", func(t *testing.T) {
-		if opts.Reopen == nil {
-			t.Skip("the backend keeps no environments (Options.Reopen is nil)")
-		}
-		for _, c := range s.persistenceTests() {
-			t.Run(c.name, c.fn)
-		}
-	})
-	if opts.Internal != nil {
+	if selected("Files") {
+		t.Run("Files", func(t *testing.T) {
+			RunFiles(t, s.env(t))
+		})
+	}
+	if selected("FileWriter") {
+		t.Run("FileWriter", func(t *testing.T) {
+			be := f(t)
+			fw, ok := be.(backend.FileWriter)
+			if !ok {
+				t.Skipf("%s does not implement backend.FileWriter", be.Name())
+			}
+			s.fileWriterTests(t, be, fw)
+		})
+	}
+	if selected("Persistence") {
+		t.Run("Persistence", func(t *testing.T) {
+			if opts.Reopen == nil {
+				t.Skip("the backend keeps no environments (Options.Reopen is nil)")
+			}
+			for _, c := range s.persistenceTests() {
+				t.Run(c.name, c.fn)
+			}
+		})
+	}
+	if opts.Internal != nil && selected("Internal") {
 		t.Run("Internal", opts.Internal)
 	}
 }

@@ -1,8 +1,6 @@
 package ssh
 
 import (
-	"bytes"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -58,14 +56,12 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestConformanceThroughJumpHost runs the Process group of the suite, and
-// the tests that build their backends through a manager (the Background
-// group and a few others), with the target reached only through a jump
-// host: an sshd that forwards to the target and nowhere else, every backend
-// on its own tunnel. The other tests exercise nothing the route changes and
-// are skipped to keep the run short. A backend a manager is building cannot
-// be refused with Skip (the manager would wait forever for the build it
-// started), so those tests run.
+// TestConformanceThroughJumpHost runs the Process and Background groups of
+// the suite, and the kill of escaped background processes, with the target
+// reached only through a jump host: an sshd that forwards to the target and
+// nowhere else, every backend on its own tunnel. The other tests exercise
+// nothing the route changes and run on the direct connection only
+// (TestConformance), to keep the run short.
 func TestConformanceThroughJumpHost(t *testing.T) {
 	s := sshenv.Start(t)
 	j := sshenv.Start(t, sshenv.WithForwarding(s.Addr()))
@@ -73,9 +69,6 @@ func TestConformanceThroughJumpHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	backendtest.Run(t, func(tb testing.TB) backend.Backend {
-		if !strings.Contains(tb.Name(), "/Process/") && !calledByManager() {
-			tb.Skip("runs on the direct connection only (TestConformance)")
-		}
 		opts := testOptions(s, nil)
 		mustSet(&opts.Config, keyProxyJump, j.Addr())
 		b := newTestBackend(tb, opts)
@@ -83,15 +76,11 @@ func TestConformanceThroughJumpHost(t *testing.T) {
 			tb.Fatal("no jump host on the route")
 		}
 		return b
-	}, backendtest.Options{})
+	}, backendtest.Options{Only: func(name string) bool {
+		return strings.HasPrefix(name, "Process/") || strings.HasPrefix(name, "Background/") ||
+			name == "Hardening/BackgroundKillKillsEscapedProcesses"
+	}})
 	if n := accepted(j); n == 0 {
 		t.Fatal("the jump host logged no login")
 	}
-}
-
-// calledByManager reports whether a berth manager is on the caller's stack.
-func calledByManager() bool {
-	buf := make([]byte, 64<<10)
-	buf = buf[:runtime.Stack(buf, false)]
-	return bytes.Contains(buf, []byte("/berth/manager.("))
 }
