@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"path"
 	"regexp"
 	"strings"
 
@@ -68,23 +67,10 @@ type spec struct {
 // user (root in berth's sandboxes), as on the other container backends.
 const homeDir = "/root"
 
-// sandboxDir maps the configured cwd into the sandbox: an absolute path is
-// used as is; "", "~", a relative path and a path that only exists on the
-// host (/home/..., /Users/...) mean the home directory.
-func sandboxDir(cwd string) string {
-	cwd = strings.TrimSpace(cwd)
-	switch {
-	case cwd == "", cwd == "~", cwd == ".", !strings.HasPrefix(cwd, "/") && !strings.HasPrefix(cwd, "~/"):
-		return homeDir
-	case strings.HasPrefix(cwd, "~/"):
-		return path.Join(homeDir, cwd[2:])
-	case cwd == "/home" || strings.HasPrefix(cwd, "/home/"),
-		cwd == "/Users" || strings.HasPrefix(cwd, "/Users/"),
-		strings.HasPrefix(cwd, "/private/"), strings.HasPrefix(cwd, "/Volumes/"):
-		return homeDir
-	}
-	return path.Clean(cwd)
-}
+// sandboxDir maps the configured cwd into the sandbox (see
+// backend.ContainerDir); everything that does not name a sandbox path means
+// the home directory.
+func sandboxDir(cwd string) string { return backend.ContainerDir(cwd, homeDir, homeDir) }
 
 var nameUnsafe = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 

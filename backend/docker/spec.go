@@ -289,26 +289,9 @@ func parseVolume(v string) (bind, target string, err error) {
 	return bind, target, nil
 }
 
-// containerDir maps terminal.cwd to a directory inside the container: empty,
-// "~", relative paths and host-looking paths (/home/..., /Users/...) fall
-// back to def.
-func containerDir(cwd, def string) string {
-	cwd = strings.TrimSpace(cwd)
-	switch {
-	case cwd == "", cwd == "~", cwd == ".":
-		return def
-	case strings.HasPrefix(cwd, "~/"):
-		return path.Join(rootDir, cwd[2:])
-	case !strings.HasPrefix(cwd, "/"):
-		return def
-	case cwd == "/home" || strings.HasPrefix(cwd, "/home/"),
-		cwd == "/Users" || strings.HasPrefix(cwd, "/Users/"),
-		strings.HasPrefix(cwd, "/private/"), strings.HasPrefix(cwd, "/Volumes/"),
-		strings.Contains(cwd, `\`):
-		return def
-	}
-	return path.Clean(cwd)
-}
+// containerDir maps terminal.cwd to a directory inside the container (see
+// backend.ContainerDir): "~/x" is under /root, the rest falls back to def.
+func containerDir(cwd, def string) string { return backend.ContainerDir(cwd, rootDir, def) }
 
 func validEnvName(k string) bool {
 	if k == "" || strings.ContainsAny(k, "=\x00") {

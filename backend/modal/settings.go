@@ -3,7 +3,6 @@ package modal
 import (
 	"fmt"
 	"os"
-	"path"
 	"strings"
 	"time"
 
@@ -84,21 +83,7 @@ func readSettings(opts backend.Options) (settings, error) {
 // homeDir is the sandbox's home and default working directory.
 const homeDir = "/root"
 
-// sandboxDir maps the configured cwd into the sandbox: "", "~", "." and
-// relative paths mean /root, "~/x" means /root/x, and paths that name this
-// machine's home directories (/home, /Users, ...) rather than the sandbox's
-// fall back to /root too.
-func sandboxDir(cwd string) string {
-	cwd = strings.TrimSpace(cwd)
-	switch {
-	case cwd == "", cwd == "~", cwd == ".", !strings.HasPrefix(cwd, "/") && !strings.HasPrefix(cwd, "~/"):
-		return homeDir
-	case strings.HasPrefix(cwd, "~/"):
-		return path.Join(homeDir, cwd[2:])
-	case cwd == "/home" || strings.HasPrefix(cwd, "/home/"),
-		cwd == "/Users" || strings.HasPrefix(cwd, "/Users/"),
-		strings.HasPrefix(cwd, "/private/"), strings.HasPrefix(cwd, "/Volumes/"):
-		return homeDir
-	}
-	return path.Clean(cwd)
-}
+// sandboxDir maps the configured cwd into the sandbox (see
+// backend.ContainerDir); everything that does not name a sandbox path means
+// the home directory.
+func sandboxDir(cwd string) string { return backend.ContainerDir(cwd, homeDir, homeDir) }
