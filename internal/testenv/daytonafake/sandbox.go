@@ -55,6 +55,7 @@ type sandbox struct {
 	errorReason     string
 	containerID     string
 	archiveImage    string // the committed filesystem while archived
+	restoredFrom    string // the archive image the container now runs on, removed with it
 	createdAt       time.Time
 	updatedAt       time.Time
 	lastActivity    time.Time
@@ -587,11 +588,17 @@ func (sb *sandbox) restore(ctx context.Context) error {
 	if err := sb.runContainer(ctx, img); err != nil {
 		return err
 	}
+	// The new container runs on the image, so it cannot be removed yet:
+	// removeAll takes it with the container (an older one, restored from
+	// before, can go now).
 	sb.s.mu.Lock()
-	sb.archiveImage = ""
+	old := sb.restoredFrom
+	sb.archiveImage, sb.restoredFrom = "", img
 	sb.s.mu.Unlock()
-	if _, err := sb.s.docker.ImageRemove(ctx, img, client.ImageRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
-		sb.s.log.Warn("daytonafake: remove archive image", "image", img, "err", err)
+	if old != "" && old != img {
+		if _, err := sb.s.docker.ImageRemove(ctx, old, client.ImageRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+			sb.s.log.Warn("daytonafake: remove archive image", "image", old, "err", err)
+		}
 	}
 	return nil
 }
@@ -695,8 +702,8 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 func (sb *sandbox) removeAll(ctx context.Context) error {
 	s := sb.s
 	s.mu.Lock()
-	id, img := sb.containerID, sb.archiveImage
-	sb.containerID, sb.archiveImage = "", ""
+	id, img, restored := sb.containerID, sb.archiveImage, sb.restoredFrom
+	sb.containerID, sb.archiveImage, sb.restoredFrom = "", "", ""
 	s.mu.Unlock()
 	var errs []error
 	if id != "" {
@@ -704,7 +711,10 @@ func (sb *sandbox) removeAll(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("daytonafake: remove container of %s: %w", sb.id, err))
 		}
 	}
-	if img != "" {
+	for _, img := range []string{img, restored} {
+		if img == "" {
+			continue
+		}
 		if _, err := s.docker.ImageRemove(ctx, img, client.ImageRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("daytonafake: remove archive image of %s: %w", sb.id, err))
 		}
