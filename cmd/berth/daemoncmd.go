@@ -54,11 +54,7 @@ one process instead.`,
 		Short: "Show the daemon: pid, socket, uptime and the environments it holds",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			home, err := config.HomeDir(nil)
-			if err != nil {
-				return err
-			}
-			cl, err := daemon.Dial(cmd.Context(), daemon.DialOptions{Home: home, NoStart: true})
+			cl, home, err := dialRunning(cmd.Context())
 			if errors.Is(err, daemon.ErrNotRunning) {
 				if asJSON {
 					fmt.Println(`{"running":false}`)
@@ -105,11 +101,7 @@ one process instead.`,
 		Short: "Stop the daemon, closing its environments (running commands are interrupted)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			home, err := config.HomeDir(nil)
-			if err != nil {
-				return err
-			}
-			cl, err := daemon.Dial(cmd.Context(), daemon.DialOptions{Home: home, NoStart: true})
+			cl, _, err := dialRunning(cmd.Context())
 			if errors.Is(err, daemon.ErrNotRunning) {
 				return nil
 			}
@@ -390,4 +382,15 @@ func (c *countWriter) Write(p []byte) (int, error) {
 		c.last = p[n-1]
 	}
 	return n, err
+}
+
+// dialRunning connects to the daemon of this berth home without starting
+// one (daemon.ErrNotRunning when none runs), for status and stop.
+func dialRunning(ctx context.Context) (*daemon.Client, string, error) {
+	home, err := config.HomeDir(nil)
+	if err != nil {
+		return nil, "", err
+	}
+	cl, err := daemon.Dial(ctx, daemon.DialOptions{Home: home, NoStart: true})
+	return cl, home, err
 }
