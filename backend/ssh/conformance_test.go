@@ -2,6 +2,7 @@ package ssh
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/a55dbaac/berth/backend"
@@ -68,7 +69,9 @@ func TestConformanceThroughJumpHost(t *testing.T) {
 	if err := j.AuthorizeKey(s.Signer.PublicKey()); err != nil {
 		t.Fatal(err)
 	}
+	var built atomic.Bool
 	backendtest.Run(t, func(tb testing.TB) backend.Backend {
+		built.Store(true)
 		opts := testOptions(s, nil)
 		mustSet(&opts.Config, keyProxyJump, j.Addr())
 		b := newTestBackend(tb, opts)
@@ -80,7 +83,7 @@ func TestConformanceThroughJumpHost(t *testing.T) {
 		return strings.HasPrefix(name, "Process/") || strings.HasPrefix(name, "Background/") ||
 			name == "Hardening/BackgroundKillKillsEscapedProcesses"
 	}})
-	if n := accepted(j); n == 0 {
+	if n := accepted(j); n == 0 && built.Load() {
 		t.Fatal("the jump host logged no login")
 	}
 }
