@@ -55,15 +55,25 @@ func (s *Suite) mgr(t *testing.T, lifetime int) (*manager.Manager, *atomic.Int32
 		cfg.Terminal.LifetimeSeconds = lifetime
 	}
 	var built atomic.Int32
-	m := manager.NewWithFactory(cfg, nil, func(ctx context.Context, _ backend.Options) (backend.Backend, error) {
+	var m *manager.Manager
+	var closeOnce sync.Once
+	closeAll := func() {
+		closeOnce.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			m.CloseAll(ctx)
+		})
+	}
+	m = manager.NewWithFactory(cfg, nil, func(ctx context.Context, _ backend.Options) (backend.Backend, error) {
 		built.Add(1)
-		return s.f(t), nil
+		be := s.f(t)
+		// Cleanups run last-registered first: the manager must close (and
+		// kill its background processes) while the backend s.f registered
+		// for closing still reaches the target.
+		t.Cleanup(closeAll)
+		return be, nil
 	})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		m.CloseAll(ctx)
-	})
+	t.Cleanup(closeAll)
 	return m, &built
 }
 
@@ -337,7 +347,9 @@ func (s *Suite) testIdleSweep(t *testing.T) {
 	if n := built.Load(); n != 4 {
 		t.Fatalf("built %d environments, want 4 (idle, busy, shelljob, idle again)", n)
 	}
-	do(m, busy.SessionID, "kill")
+	if r := m.Process(ctx, "busy", process.Request{Action: "kill", SessionID: busy.SessionID}); r["status"] != "killed" {
+		t.Errorf("kill of the busy key's process: %v", r)
+	}
 	m.Run(ctx, "shelljob", terminal.Request{Command: "kill %1"})
 }
 
