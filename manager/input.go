@@ -93,10 +93,5 @@ func (m *Manager) liveEnv(key string) *terminal.Environment {
 	if e == nil {
 		return nil
 	}
-	select {
-	case <-e.ready:
-		return e.env
-	default:
-		return nil
-	}
+	return e.live()
 }

