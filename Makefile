@@ -20,9 +20,12 @@ check:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# bin/berth (the light front) and bin/berth-engine (everything else): keep
+# them side by side, the front runs the engine next to it.
 build:
-	$(GO) build -o berth ./cmd/berth
+	$(GO) build -o bin/ ./cmd/...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./bench/
-	$(GO) run ./cmd/berth bench
+	$(GO) build -o bin/ ./cmd/...
+	bin/berth bench

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/a55dbaac/berth/internal/berthhome"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -77,41 +78,12 @@ func (c *Config) Getenv(name string) string {
 // HomeDir returns the berth home: $BERTH_HOME if set (a leading ~ expanded),
 // else ~/.berth; always absolute. getenv nil means os.Getenv.
 func HomeDir(getenv func(string) string) (string, error) {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	if h := getenv("BERTH_HOME"); h != "" {
-		p, err := expandHome(h, getenv)
-		if err != nil {
-			return "", fmt.Errorf("BERTH_HOME=%q: %w", h, err)
-		}
-		return filepath.Abs(p)
-	}
-	u, err := userHome(getenv)
-	if err != nil {
-		return "", fmt.Errorf("cannot find the berth home (set BERTH_HOME): %w", err)
-	}
-	return filepath.Abs(filepath.Join(u, ".berth"))
-}
-
-// userHome returns $HOME from getenv, else the user's home directory.
-func userHome(getenv func(string) string) (string, error) {
-	if h := getenv("HOME"); h != "" {
-		return h, nil
-	}
-	return os.UserHomeDir()
+	return berthhome.Dir(getenv)
 }
 
 // expandHome replaces a leading "~" or "~/" with the user's home directory.
 func expandHome(p string, getenv func(string) string) (string, error) {
-	if p != "~" && !strings.HasPrefix(p, "~/") {
-		return p, nil
-	}
-	h, err := userHome(getenv)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(h, p[1:]), nil
+	return berthhome.Expand(p, getenv)
 }
 
 // ResolvePath returns the config file to use: configFlag (the --config

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a55dbaac/berth/daemon/wire"
 	"github.com/a55dbaac/berth/terminal"
 
 	_ "github.com/a55dbaac/berth/backend/all"
@@ -46,14 +47,14 @@ func serve(t *testing.T, lifetime time.Duration) (string, chan error) {
 	return home, errc
 }
 
-func inputs(t *testing.T, home string) Inputs {
+func inputs(t *testing.T, home string) wire.Inputs {
 	wd, _ := os.Getwd()
-	return Inputs{Env: []string{"BERTH_HOME=" + home, "HOME=" + os.Getenv("HOME"), "PATH=" + os.Getenv("PATH")}, Cwd: wd}
+	return wire.Inputs{Env: []string{"BERTH_HOME=" + home, "HOME=" + os.Getenv("HOME"), "PATH=" + os.Getenv("PATH")}, Cwd: wd}
 }
 
 func TestSocketModesAndSecondDaemon(t *testing.T) {
 	home, _ := serve(t, 0)
-	p, err := PathsFor(home)
+	p, err := wire.PathsFor(home)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,12 +68,12 @@ func TestSocketModesAndSecondDaemon(t *testing.T) {
 		t.Fatalf("second Serve on the home: %v, want ErrRunning", err)
 	}
 	// The first one still answers.
-	c, err := Dial(context.Background(), DialOptions{Home: home, NoStart: true})
+	c, err := wire.Dial(context.Background(), wire.DialOptions{Home: home, NoStart: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	r, err := c.Do(Request{Op: OpStatus})
+	r, err := c.Do(wire.Request{Op: wire.OpStatus})
 	if err != nil || r.Status.PID != os.Getpid() || r.Status.Socket != p.Socket {
 		t.Fatalf("status %+v, %v", r, err)
 	}
@@ -80,7 +81,7 @@ func TestSocketModesAndSecondDaemon(t *testing.T) {
 
 func TestPeerUIDIsOwnUser(t *testing.T) {
 	home, _ := serve(t, 0)
-	p, _ := PathsFor(home)
+	p, _ := wire.PathsFor(home)
 	nc, err := net.Dial("unix", p.Socket)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +101,7 @@ func TestStaleSocketReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(home)
-	p, _ := PathsFor(home)
+	p, _ := wire.PathsFor(home)
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestStaleSocketReplaced(t *testing.T) {
 	}
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	ln.Close()
-	if _, err := Dial(context.Background(), DialOptions{Home: home, NoStart: true}); !errors.Is(err, ErrNotRunning) {
+	if _, err := wire.Dial(context.Background(), wire.DialOptions{Home: home, NoStart: true}); !errors.Is(err, wire.ErrNotRunning) {
 		t.Fatalf("dial a stale socket: %v, want ErrNotRunning", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -122,7 +123,7 @@ func TestStaleSocketReplaced(t *testing.T) {
 	case err := <-done:
 		t.Fatal(err)
 	}
-	c, err := Dial(context.Background(), DialOptions{Home: home, NoStart: true})
+	c, err := wire.Dial(context.Background(), wire.DialOptions{Home: home, NoStart: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,21 +139,21 @@ func TestStaleSocketReplaced(t *testing.T) {
 // environment exits by itself.
 func TestRunStreamsAndIdleExit(t *testing.T) {
 	home, errc := serve(t, 300*time.Millisecond)
-	c, err := Dial(context.Background(), DialOptions{Home: home, NoStart: true})
+	c, err := wire.Dial(context.Background(), wire.DialOptions{Home: home, NoStart: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := inputs(t, home)
 	in.Env = append(in.Env, "TERMINAL_LIFETIME_SECONDS=1")
 	var out strings.Builder
-	r, err := c.Run(context.Background(), Request{Op: OpRun, Inputs: in, Key: "k", Command: "cd /tmp; export A=1; echo one; echo two", Stream: true}, RunOptions{Stdout: &out})
+	r, err := c.Run(context.Background(), wire.Request{Op: wire.OpRun, Inputs: in, Key: "k", Command: "cd /tmp; export A=1; echo one; echo two", Stream: true}, wire.RunOptions{Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out.String() != "one\ntwo\n" || r.Tail != "" || r.Cwd != "/tmp" {
 		t.Fatalf("streamed %q, tail %q, cwd %q", out.String(), r.Tail, r.Cwd)
 	}
-	r, err = c.Run(context.Background(), Request{Op: OpRun, Inputs: in, Key: "k", Command: "echo $A"}, RunOptions{})
+	r, err = c.Run(context.Background(), wire.Request{Op: wire.OpRun, Inputs: in, Key: "k", Command: "echo $A"}, wire.RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestTapTail(t *testing.T) {
 		{"", "[Command interrupted]", "[Command interrupted]"},
 		{"a\n\n\n", "a", ""},
 	} {
-		tw := &tapWriter{c: newConn(nopConn{})}
+		tw := &tapWriter{c: wire.NewConn(nopConn{})}
 		if c.sent != "" {
 			tw.Write([]byte(c.sent))
 		}
@@ -200,7 +201,7 @@ func (nopConn) Write(p []byte) (int, error) { return len(p), nil }
 func (nopConn) Close() error                { return nil }
 
 func TestPathTooLong(t *testing.T) {
-	if _, err := PathsFor("/" + strings.Repeat("x", 120)); !errors.Is(err, ErrPathTooLong) {
+	if _, err := wire.PathsFor("/" + strings.Repeat("x", 120)); !errors.Is(err, wire.ErrPathTooLong) {
 		t.Fatalf("long home: %v", err)
 	}
 }

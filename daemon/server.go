@@ -25,6 +25,7 @@ import (
 
 	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/daemon/wire"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/output"
 	"github.com/a55dbaac/berth/process"
@@ -54,7 +55,7 @@ type ServeOptions struct {
 // Server is a running daemon.
 type Server struct {
 	opts    ServeOptions
-	paths   Paths
+	paths   wire.Paths
 	log     *slog.Logger
 	started time.Time
 	ln      *net.UnixListener
@@ -87,7 +88,7 @@ type slot struct {
 // has been idle for opts.Lifetime. It returns ErrRunning when another
 // daemon holds the home.
 func Serve(ctx context.Context, opts ServeOptions) error {
-	paths, err := PathsFor(opts.Home)
+	paths, err := wire.PathsFor(opts.Home)
 	if opts.Socket != "" {
 		paths.Socket, err = opts.Socket, nil
 	}
@@ -100,7 +101,7 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 	if opts.CloseBudget <= 0 {
 		opts.CloseBudget = 15 * time.Second
 	}
-	if err := privateDir(paths.Dir); err != nil {
+	if err := wire.PrivateDir(paths.Dir); err != nil {
 		return err
 	}
 	pidf, err := lockPID(paths.PID)
@@ -146,30 +147,6 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 	case <-s.stopped:
 	}
 	<-s.stopped
-	return nil
-}
-
-// privateDir creates dir with mode 0700 and makes sure it is this user's
-// and nobody else's.
-func privateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("daemon: create %s: %w", dir, err)
-	}
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return fmt.Errorf("daemon: stat %s: %w", dir, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("daemon: %s is not a directory; remove it", dir)
-	}
-	if int(st.Uid) != os.Getuid() {
-		return fmt.Errorf("daemon: %s belongs to uid %d, not to this user (uid %d); remove it or use another BERTH_HOME", dir, st.Uid, os.Getuid())
-	}
-	if st.Mode&0o077 != 0 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return fmt.Errorf("daemon: chmod %s 0700: %w", dir, err)
-		}
-	}
 	return nil
 }
 
@@ -228,8 +205,8 @@ func (s *Server) acceptLoop() {
 		uid, err := PeerUID(c)
 		if err != nil || uid != os.Getuid() {
 			s.log.Warn("daemon: refused a connection from another user", "peer_uid", uid, "err", err)
-			fc := newConn(c)
-			_ = fc.send(Frame{T: FrameResult, Reply: &Reply{Error: fmt.Sprintf("refused: this berth daemon serves uid %d only (peer uid %d)", os.Getuid(), uid)}})
+			fc := wire.NewConn(c)
+			_ = fc.Send(wire.Frame{T: wire.FrameResult, Reply: &wire.Reply{Error: fmt.Sprintf("refused: this berth daemon serves uid %d only (peer uid %d)", os.Getuid(), uid)}})
 			c.Close()
 			continue
 		}
@@ -327,13 +304,13 @@ func (s *Server) touch() {
 
 // serveConn answers the requests of one connection, one at a time.
 func (s *Server) serveConn(nc net.Conn) {
-	c := newConn(nc)
-	frames := make(chan Frame, 16)
+	c := wire.NewConn(nc)
+	frames := make(chan wire.Frame, 16)
 	readErr := make(chan error, 1)
 	go func() {
 		defer close(frames)
 		for {
-			f, err := c.recv()
+			f, err := c.Recv()
 			if err != nil {
 				readErr <- err
 				return
@@ -349,7 +326,7 @@ func (s *Server) serveConn(nc net.Conn) {
 		s.mu.Unlock()
 	}()
 	for {
-		var f Frame
+		var f wire.Frame
 		var ok bool
 		select {
 		case f, ok = <-frames:
@@ -359,34 +336,34 @@ func (s *Server) serveConn(nc net.Conn) {
 		if !ok {
 			return
 		}
-		if f.T != FrameRequest || f.Req == nil {
+		if f.T != wire.FrameRequest || f.Req == nil {
 			continue // a late interrupt or answer
 		}
 		s.touch()
 		req := *f.Req
-		if req.Version != ProtocolVersion {
-			_ = c.send(Frame{T: FrameResult, Reply: &Reply{Error: fmt.Sprintf("this berth daemon speaks protocol %d, the caller %d: run `berth daemon stop` and try again", ProtocolVersion, req.Version)}})
+		if req.Version != wire.ProtocolVersion {
+			_ = c.Send(wire.Frame{T: wire.FrameResult, Reply: &wire.Reply{Error: fmt.Sprintf("this berth daemon speaks protocol %d, the caller %d: run `berth daemon stop` and try again", wire.ProtocolVersion, req.Version)}})
 			continue
 		}
-		var reply *Reply
+		var reply *wire.Reply
 		switch req.Op {
-		case OpRun:
+		case wire.OpRun:
 			reply = s.run(c, frames, req)
-		case OpMeta:
+		case wire.OpMeta:
 			reply = s.meta(req)
-		case OpEnv:
+		case wire.OpEnv:
 			reply = s.env(req)
-		case OpStatus:
+		case wire.OpStatus:
 			st := s.Status()
-			reply = &Reply{Status: &st}
-		case OpStop:
+			reply = &wire.Reply{Status: &st}
+		case wire.OpStop:
 			s.shutdown("berth daemon stop")
-			reply = &Reply{}
+			reply = &wire.Reply{}
 		default:
-			reply = &Reply{Error: fmt.Sprintf("unknown operation %q", req.Op)}
+			reply = &wire.Reply{Error: fmt.Sprintf("unknown operation %q", req.Op)}
 		}
 		s.touch()
-		if err := c.send(Frame{T: FrameResult, Reply: reply}); err != nil {
+		if err := c.Send(wire.Frame{T: wire.FrameResult, Reply: reply}); err != nil {
 			s.log.Debug("daemon: reply", "err", err)
 			return
 		}
@@ -394,23 +371,23 @@ func (s *Server) serveConn(nc net.Conn) {
 }
 
 // Status describes the daemon now.
-func (s *Server) Status() Status {
+func (s *Server) Status() wire.Status {
 	s.mu.Lock()
 	slots := make([]*slot, 0, len(s.slots))
 	for _, sl := range s.slots {
 		slots = append(slots, sl)
 	}
-	st := Status{
+	st := wire.Status{
 		PID: os.Getpid(), Socket: s.paths.Socket, Home: s.opts.Home,
 		Started: s.started, Uptime: time.Since(s.started), Lifetime: s.opts.Lifetime,
-		Connections: s.conns, Environments: []EnvStatus{},
+		Connections: s.conns, Environments: []wire.EnvStatus{},
 	}
 	s.mu.Unlock()
 	for _, sl := range slots {
 		if len(sl.m.Keys()) == 0 {
 			continue
 		}
-		es := EnvStatus{Key: sl.key, Backend: sl.backend, Created: sl.created, Processes: sl.m.Processes().Running(sl.key)}
+		es := wire.EnvStatus{Key: sl.key, Backend: sl.backend, Created: sl.created, Processes: sl.m.Processes().Running(sl.key)}
 		// Never the session's own Cwd: it waits for a running command.
 		s.mu.Lock()
 		es.Cwd = sl.cwd
@@ -456,7 +433,7 @@ var notFingerprinted = map[string]bool{
 }
 
 // loadConfig loads the caller's configuration and its fingerprint.
-func (s *Server) loadConfig(in Inputs) (*config.Config, string, []string, error) {
+func (s *Server) loadConfig(in wire.Inputs) (*config.Config, string, []string, error) {
 	env := make(map[string]string, len(in.Env))
 	for _, kv := range in.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -498,11 +475,16 @@ func (s *Server) loadConfig(in Inputs) (*config.Config, string, []string, error)
 // one made with another configuration (its environment is closed: a
 // request never silently runs in an environment configured otherwise).
 // The caller holds key's lock.
-func (s *Server) slotFor(ctx context.Context, in Inputs, key string) (*slot, []string, error) {
+func (s *Server) slotFor(ctx context.Context, in wire.Inputs, key string) (*slot, []string, error) {
 	cfg, fp, values, err := s.loadConfig(in)
 	if err != nil {
 		return nil, nil, err
 	}
+	return s.slotWith(ctx, key, cfg, fp, values)
+}
+
+// slotWith is slotFor with the configuration already loaded.
+func (s *Server) slotWith(ctx context.Context, key string, cfg *config.Config, fp string, values []string) (*slot, []string, error) {
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
@@ -560,7 +542,7 @@ func diffValues(a, b []string) []string {
 	return out
 }
 
-func keyOf(req Request) string {
+func keyOf(req wire.Request) string {
 	if req.Key == "" {
 		return manager.DefaultKey
 	}
@@ -569,11 +551,11 @@ func keyOf(req Request) string {
 
 // run runs a foreground command, streaming its output, answering
 // interrupts and relaying approval questions.
-func (s *Server) run(c *conn, frames <-chan Frame, req Request) *Reply {
+func (s *Server) run(c *wire.Conn, frames <-chan wire.Frame, req wire.Request) *wire.Reply {
 	key := keyOf(req)
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	answers := make(chan Frame, 1)
+	answers := make(chan wire.Frame, 1)
 	// Interrupts and answers arrive while the command runs; the end of
 	// the connection interrupts the command, as a hangup would.
 	done := make(chan struct{})
@@ -588,9 +570,9 @@ func (s *Server) run(c *conn, frames <-chan Frame, req Request) *Reply {
 					return
 				}
 				switch f.T {
-				case FrameInterrupt:
+				case wire.FrameInterrupt:
 					cancel()
-				case FrameAnswer:
+				case wire.FrameAnswer:
 					select {
 					case answers <- f:
 					default:
@@ -603,14 +585,37 @@ func (s *Server) run(c *conn, frames <-chan Frame, req Request) *Reply {
 	}()
 	defer func() { close(done); <-relayed }()
 
+	cfg, fp, values, err := s.loadConfig(req.Inputs)
+	var warnings []string
+	if req.Quick {
+		// The caller has not read its configuration: what it would have
+		// refused or run itself goes back to it before anything runs.
+		if err != nil || !cfg.Terminal.Daemon || req.Timeout < 0 || req.Timeout > terminal.MaxTimeout {
+			return &wire.Reply{Fallback: true}
+		}
+		warnings = cfg.Warnings
+	}
+	if err != nil {
+		return &wire.Reply{Error: err.Error()}
+	}
+	// Per call, from the caller's configuration (the environment's may be
+	// older: these keys do not make an environment).
+	if req.Timeout == 0 {
+		req.Timeout = cfg.Terminal.Timeout
+	}
+	if req.OnTimeout == "" {
+		req.OnTimeout = cfg.Terminal.OnTimeout
+	}
 	unlock, err := s.lockKey(ctx, key)
 	if err != nil {
-		return resultReply(terminal.Result{ExitCode: 130, Error: ptr(fmt.Sprintf("interrupted while waiting for task %q's environment", key))}, "", nil)
+		r := resultReply(terminal.Result{ExitCode: 130, Error: ptr(fmt.Sprintf("interrupted while waiting for task %q's environment", key))}, "", nil)
+		r.Warnings = warnings
+		return r
 	}
 	defer unlock()
-	sl, notes, err := s.slotFor(ctx, req.Inputs, key)
+	sl, notes, err := s.slotWith(ctx, key, cfg, fp, values)
 	if err != nil {
-		return &Reply{Error: err.Error()}
+		return &wire.Reply{Error: err.Error(), Warnings: warnings}
 	}
 	if req.CanAsk {
 		ctx = approval.WithAsker(ctx, &remoteAsker{c: c, answers: answers})
@@ -629,6 +634,7 @@ func (s *Server) run(c *conn, frames <-chan Frame, req Request) *Reply {
 		res.EnvironmentRecreated = true
 	}
 	r := resultReply(res, tail, notes)
+	r.Warnings = warnings
 	r.Backend = sl.backend
 	r.Cwd = res.Cwd
 	if res.Error == nil {
@@ -656,58 +662,90 @@ func MarshalJSON(v any) (json.RawMessage, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-func resultReply(res terminal.Result, tail string, notes []string) *Reply {
+func resultReply(res terminal.Result, tail string, notes []string) *wire.Reply {
 	b, err := MarshalJSON(res)
 	if err != nil {
-		return &Reply{Error: fmt.Sprintf("encode result: %v", err)}
+		return &wire.Reply{Error: fmt.Sprintf("encode result: %v", err)}
 	}
-	return &Reply{Result: b, Tail: tail, Notes: notes}
+	r := &wire.Reply{Result: b, Tail: tail, Notes: notes}
+	r.Exit, r.ExitMessage = ExecStatus(res)
+	return r
+}
+
+// The exit statuses of berth exec besides the command's own.
+const (
+	// StatusBlocked: the approval check refused to run the command (the
+	// shell's "cannot execute").
+	StatusBlocked = 126
+	// StatusMoved: the command was still running at its timeout and was
+	// moved to the background: the timeout's status, though it goes on.
+	StatusMoved = 124
+	// StatusError: berth itself failed (bad flags, unreachable backend),
+	// distinct from any status a command returns; docker run uses it too.
+	StatusError = 125
+)
+
+// ExecStatus is berth exec's exit status for res, and what it prints on
+// stderr (after "berth: ", unless it prints res as JSON) when the command
+// did not run or berth failed.
+func ExecStatus(res terminal.Result) (int, string) {
+	switch {
+	case !res.Approval.Allowed():
+		return StatusBlocked, res.Approval.Message
+	case res.MovedToBackground:
+		return StatusMoved, ""
+	case res.Error != nil:
+		return StatusError, *res.Error
+	case res.ExitCode < 0 || res.ExitCode > 255:
+		return StatusError, ""
+	}
+	return res.ExitCode, ""
 }
 
 // meta answers a ":verb ..." line of berth shell.
-func (s *Server) meta(req Request) *Reply {
+func (s *Server) meta(req wire.Request) *wire.Reply {
 	key := keyOf(req)
 	unlock, err := s.lockKey(s.ctx, key)
 	if err != nil {
-		return &Reply{Error: err.Error()}
+		return &wire.Reply{Error: err.Error()}
 	}
 	defer unlock()
 	sl, notes, err := s.slotFor(s.ctx, req.Inputs, key)
 	if err != nil {
-		return &Reply{Error: err.Error()}
+		return &wire.Reply{Error: err.Error()}
 	}
 	v, ok := Meta(s.ctx, sl.m, key, req.Workdir, req.Line)
 	if !ok {
-		return &Reply{Error: fmt.Sprintf("%q is not a process-tool line", req.Line)}
+		return &wire.Reply{Error: fmt.Sprintf("%q is not a process-tool line", req.Line)}
 	}
 	b, err := MarshalJSON(v)
 	if err != nil {
-		return &Reply{Error: fmt.Sprintf("encode result: %v", err)}
+		return &wire.Reply{Error: fmt.Sprintf("encode result: %v", err)}
 	}
-	return &Reply{Result: b, Notes: notes, Backend: sl.backend}
+	return &wire.Reply{Result: b, Notes: notes, Backend: sl.backend}
 }
 
 // env creates key's environment if needed and reports where its shell is.
-func (s *Server) env(req Request) *Reply {
+func (s *Server) env(req wire.Request) *wire.Reply {
 	key := keyOf(req)
 	unlock, err := s.lockKey(s.ctx, key)
 	if err != nil {
-		return &Reply{Error: err.Error()}
+		return &wire.Reply{Error: err.Error()}
 	}
 	defer unlock()
 	sl, notes, err := s.slotFor(s.ctx, req.Inputs, key)
 	if err != nil {
-		return &Reply{Error: err.Error()}
+		return &wire.Reply{Error: err.Error()}
 	}
 	env, err := sl.m.Env(s.ctx, key)
 	if err != nil {
-		return &Reply{Error: err.Error()}
+		return &wire.Reply{Error: err.Error()}
 	}
 	cwd := env.Session().Cwd()
 	s.mu.Lock()
 	sl.cwd = cwd
 	s.mu.Unlock()
-	return &Reply{Cwd: cwd, Backend: sl.backend, Notes: notes}
+	return &wire.Reply{Cwd: cwd, Backend: sl.backend, Notes: notes}
 }
 
 // Meta runs a ":verb ..." line of berth shell against the process tool
@@ -739,33 +777,61 @@ func Meta(ctx context.Context, m *manager.Manager, key, workdir, line string) (a
 
 // remoteAsker asks the caller's terminal.
 type remoteAsker struct {
-	c       *conn
-	answers <-chan Frame
+	c       *wire.Conn
+	answers <-chan wire.Frame
 }
 
 // Ask sends the question to the caller and waits for its answer.
 func (a *remoteAsker) Ask(ctx context.Context, q approval.Question) (approval.Answer, error) {
-	if err := a.c.send(Frame{T: FrameAsk, Question: &q}); err != nil {
+	b, err := json.Marshal(q)
+	if err != nil {
+		return "", fmt.Errorf("%w: encode the question: %v", approval.ErrCannotAsk, err)
+	}
+	if err := a.c.Send(wire.Frame{T: wire.FrameAsk, Question: b}); err != nil {
 		return "", fmt.Errorf("%w: %v", approval.ErrCannotAsk, err)
 	}
 	select {
 	case f := <-a.answers:
 		if f.Err != "" {
-			if f.Err == approval.ErrCannotAsk.Error() {
+			if f.Err == wire.ErrCannotAsk.Error() {
 				return "", approval.ErrCannotAsk
 			}
 			return "", errors.New(f.Err)
 		}
-		return f.Answer, nil
+		return approval.Answer(f.Answer), nil
 	case <-ctx.Done():
 		return "", ctx.Err()
+	}
+}
+
+// AskWith answers the daemon's approval questions with a: the caller's
+// side of remoteAsker (the question's timeout applies).
+func AskWith(a approval.Asker) wire.AskFunc {
+	if a == nil {
+		return nil
+	}
+	return func(ctx context.Context, raw json.RawMessage) (string, error) {
+		var q approval.Question
+		if err := json.Unmarshal(raw, &q); err != nil {
+			return "", fmt.Errorf("%w: bad question: %v", wire.ErrCannotAsk, err)
+		}
+		if q.Timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, q.Timeout)
+			defer cancel()
+		}
+		ans, err := a.Ask(ctx, q)
+		if errors.Is(err, approval.ErrCannotAsk) {
+			return "", wire.ErrCannotAsk
+		}
+		return string(ans), err
 	}
 }
 
 // tapWriter streams a command's processed output as out frames and keeps
 // what it sent (up to a bound) to work out the tail the caller prints.
 type tapWriter struct {
-	c *conn
+	c *wire.Conn
 
 	mu       sync.Mutex
 	sent     strings.Builder
@@ -793,7 +859,7 @@ func (t *tapWriter) Write(p []byte) (int, error) {
 		}
 	}
 	t.last = p[len(p)-1]
-	if err := t.c.send(Frame{T: FrameOut, Data: p}); err != nil {
+	if err := t.c.Send(wire.Frame{T: wire.FrameOut, Data: p}); err != nil {
 		t.dead = true
 	}
 	return len(p), nil

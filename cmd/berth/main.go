@@ -1,205 +1,114 @@
 // Command berth runs an AI agent's shell commands in a configured
 // environment — this machine, a hardened Docker container, a remote host
-// over SSH — through one persistent shell per environment.
+// over SSH, an Apptainer instance, a Modal or Daytona sandbox — through
+// one persistent shell per environment.
+//
+// This binary is berth's light front: a `berth exec` whose environment the
+// berth daemon already holds warm is answered here, in a few milliseconds
+// (it links neither the backends nor the configuration loader). Every
+// other call, and any exec it cannot answer for certain before anything
+// runs (no daemon yet, --no-daemon, a terminal that may be asked an
+// approval question, flags it does not read as the engine would, a
+// configuration that turns the daemon off), is handed to the full
+// berth-engine binary, which takes this process's place (exec, same pid)
+// with the same arguments. It links neither pflag nor package net, so it
+// starts without the C library.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/a55dbaac/berth/backend"
-	"log/slog"
 	"os"
-	"os/signal"
-	"sync/atomic"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
-	"time"
 
-	"github.com/spf13/cobra"
-
-	"github.com/a55dbaac/berth/config"
-	"github.com/a55dbaac/berth/manager"
-	"github.com/a55dbaac/berth/terminal"
-
-	_ "github.com/a55dbaac/berth/backend/all"
+	"github.com/a55dbaac/berth/daemon/wire"
+	"github.com/a55dbaac/berth/internal/berthhome"
+	"github.com/a55dbaac/berth/internal/cli"
 )
 
-// exitError carries a process exit status up to main without printing.
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
-
-// errorStatus is berth's own failure status (bad flags, unreachable
-// backend), distinct from any status a command returns; docker run uses the
-// same number.
-const errorStatus = 125
-
-// common holds the flags shared by commands that run things.
-type common struct {
-	configPath string
-	backend    string
-	task       string
-	timeout    int
-	workdir    string
-	jsonOut    bool
-	verbose    bool
-	noDaemon   bool
-}
-
-func (c *common) addConfigFlag(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&c.configPath, "config", "", "config file (default $BERTH_CONFIG, else $BERTH_HOME/config.yaml)")
-}
-
-func (c *common) addRunFlags(cmd *cobra.Command) {
-	c.addConfigFlag(cmd)
-	cmd.Flags().StringVar(&c.backend, "backend", "", "backend: "+backend.Choices()+" (overrides TERMINAL_ENV and the file)")
-	cmd.Flags().StringVar(&c.task, "task", manager.DefaultKey, "environment key: commands with the same task share one environment")
-	cmd.Flags().IntVar(&c.timeout, "timeout", 0, "seconds before the command and everything it started are killed (default terminal.timeout)")
-	cmd.Flags().StringVar(&c.workdir, "workdir", "", "absolute directory for this command only (the session's cwd does not move)")
-	cmd.Flags().BoolVar(&c.jsonOut, "json", false, "print the result object as JSON instead of the output")
-}
-
-// load reads the configuration with the command-line overrides applied.
-func (c *common) load() (*config.Config, error) {
-	flags := map[string]string{}
-	if c.backend != "" {
-		flags["backend"] = c.backend
-	}
-	if c.timeout < 0 {
-		return nil, fmt.Errorf("--timeout %d: must be a whole number of seconds >= 1", c.timeout)
-	}
-	if c.timeout > terminal.MaxTimeout {
-		// Also the default timeout of berth mcp and serve, which no
-		// request validates: refused here before it can overflow.
-		return nil, fmt.Errorf("--timeout %d: at most %d seconds (one day); run longer work in the background", c.timeout, terminal.MaxTimeout)
-	}
-
-	if c.timeout > 0 {
-		flags["timeout"] = fmt.Sprint(c.timeout)
-	}
-	cfg, err := config.Load(config.LoadOptions{ConfigPath: c.configPath, Flags: flags})
-	if err != nil {
-		return nil, err
-	}
-	for _, w := range cfg.Warnings {
-		slog.Warn(w)
-	}
-	return cfg, nil
-}
-
-// withManager runs fn with a manager and tears every environment down
-// afterwards. The teardown gets 15 s, but after a shutdown signal only what
-// is left of daemon_term_grace_seconds + 2.5 s since the signal: berth then
-// exits within the grace period plus 3 s, as supervisors expect.
-func withManager(ctx context.Context, cfg *config.Config, fn func(ctx context.Context, m *manager.Manager) error) error {
-	m := manager.New(cfg, slog.Default())
-	defer func() {
-		budget := 15 * time.Second
-		if at := shutdownAt.Load(); at != 0 {
-			grace := time.Duration(cfg.Terminal.DaemonTermGraceSeconds * float64(time.Second))
-			budget = min(budget, max(time.Until(time.Unix(0, at).Add(grace+2500*time.Millisecond)), 250*time.Millisecond))
-		}
-		cctx, cancel := context.WithTimeout(context.Background(), budget)
-		defer cancel()
-		done := make(chan error, 1)
-		go func() { done <- m.CloseAll(cctx) }()
-		select {
-		case err := <-done:
-			if err != nil {
-				slog.Warn("cleanup", "err", err)
-			}
-		case <-cctx.Done():
-			slog.Warn("cleanup: environments not closed in time; leaving them", "budget", budget.Round(time.Millisecond))
-		}
-	}()
-	return fn(ctx, m)
-}
-
-func newRoot() *cobra.Command {
-	var verbose bool
-	root := &cobra.Command{
-		Use:   "berth",
-		Short: "Run an AI agent's commands locally, in Docker or over SSH through one persistent shell",
-		Long: `berth is an execution layer for AI agents. Every command runs in a configured
-environment (terminal.backend: local, docker, ssh, ...) through one persistent
-shell, so cd, exported variables and functions carry over between commands,
-and a trivial command costs well under a millisecond.
-
-Configuration is the terminal: section of a YAML file (Hermes-compatible),
-overridden by TERMINAL_* variables and then by flags.`,
-		Example: `  berth exec -- uname -a
-  berth exec --backend docker --timeout 30 -- 'make test'
-  printf 'cd /tmp\nexport A=1\necho $A; pwd\n' | berth shell --json
-  berth doctor`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		PersistentPreRun: func(cmd *cobra.Command, args []string) {
-			level := slog.LevelWarn
-			if verbose {
-				level = slog.LevelDebug
-			}
-			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
-		},
-	}
-	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log diagnostics to stderr")
-	root.AddCommand(newExecCmd(), newShellCmd(), newDoctorCmd(), newConfigCmd(), newBenchCmd(), newEnvCmd(), newMCPCmd(), newServeCmd(), newPsCmd(), newDaemonCmd())
-	return root
-}
-
-// interrupts receives SIGINT while a command has claimed it (the
-// interactive shell, to interrupt the running command); otherwise SIGINT
-// cancels the command's context like SIGTERM does.
-var (
-	interruptsClaimed atomic.Bool
-	interrupts        = make(chan os.Signal, 1)
-)
-
-// shutdownAt is when the first shutdown signal arrived (Unix nanoseconds),
-// 0 before.
-var shutdownAt atomic.Int64
-
-// handleSignals turns SIGTERM, SIGHUP and SIGINT (unless claimed) into a
-// cancel of the root context: running commands are interrupted and every
-// environment is closed. A second shutdown signal exits at once.
-func handleSignals(cancel context.CancelFunc) {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, os.Interrupt)
-	go func() {
-		for sig := range sigs {
-			if sig == os.Interrupt && interruptsClaimed.Load() && shutdownAt.Load() == 0 {
-				select {
-				case interrupts <- sig:
-				default:
-				}
-				continue
-			}
-			if shutdownAt.Load() != 0 {
-				fmt.Fprintf(os.Stderr, "berth: second signal (%v): exiting now, without cleaning up\n", sig)
-				code := 128 + 15
-				if s, ok := sig.(syscall.Signal); ok {
-					code = 128 + int(s)
-				}
-				os.Exit(code)
-			}
-			shutdownAt.Store(time.Now().UnixNano())
-			slog.Debug("shutting down", "signal", sig)
-			cancel()
-		}
-	}()
-}
+// engineName is the full binary's file name, looked for next to this one,
+// then on PATH.
+const engineName = "berth-engine"
 
 func main() {
+	if code, ok := quickExec(os.Args[1:]); ok {
+		os.Exit(code)
+	}
+	engine, err := findEngine()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "berth:", err)
+		os.Exit(125)
+	}
+	err = syscall.Exec(engine, append([]string{os.Args[0]}, os.Args[1:]...), os.Environ())
+	fmt.Fprintf(os.Stderr, "berth: run %s: %v\n", engine, err)
+	os.Exit(125)
+}
+
+// quickExec answers `berth exec` through a running daemon. It reports
+// false, having run nothing, when the call is for the engine.
+func quickExec(args []string) (int, bool) {
+	if len(args) == 0 || args[0] != "exec" {
+		return 0, false
+	}
+	f, command, ok := cli.ParseExec(args[1:])
+	if !ok || f.NoDaemon || len(command) == 0 || cli.DaemonOffInEnv() {
+		return 0, false
+	}
+	// A human at a terminal may be asked an approval question: the
+	// engine has the prompt.
+	if cli.IsTerminal(os.Stdin) && cli.IsTerminal(os.Stderr) {
+		return 0, false
+	}
+	home, err := berthhome.Dir(nil)
+	if err != nil {
+		return 0, false
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	handleSignals(cancel)
-	err := newRoot().ExecuteContext(ctx)
-	var ee exitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		os.Exit(ee.code)
-	default:
-		fmt.Fprintln(os.Stderr, "berth:", err)
-		os.Exit(errorStatus)
+	cl, err := wire.Dial(ctx, wire.DialOptions{Home: home, NoStart: true})
+	if err != nil {
+		return 0, false
 	}
+	defer cl.Close()
+	in, err := f.Inputs()
+	if err != nil {
+		return 0, false
+	}
+	cli.HandleSignals(cancel)
+	req := f.Request(wire.OpRun, in, "", false)
+	req.Quick = true
+	req.Command = strings.Join(command, " ")
+	code, err := cli.Exec(ctx, cl, req, f.JSON, nil, os.Stdout, os.Stderr)
+	switch {
+	case errors.Is(err, cli.ErrFallback):
+		return 0, false
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "berth:", err)
+		return 125, true
+	}
+	return code, true
+}
+
+// findEngine returns the berth-engine binary next to this executable, or
+// on PATH.
+func findEngine() (string, error) {
+	self, err := os.Executable()
+	if err == nil {
+		if p := filepath.Join(filepath.Dir(self), engineName); isExecutable(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(engineName); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("cannot find %s (looked next to %s and on PATH): berth needs it for everything but a warm exec; build both with `go build -o DIR ./cmd/...` or install both with `go install github.com/a55dbaac/berth/cmd/...@latest`", engineName, self)
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }

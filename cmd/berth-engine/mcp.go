@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/a55dbaac/berth/backend"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/a55dbaac/berth/backend"
 
 	"github.com/spf13/cobra"
 
@@ -24,9 +25,9 @@ import (
 // commands that run things.
 func (c *common) addMCPFlags(cmd *cobra.Command) {
 	c.addConfigFlag(cmd)
-	cmd.Flags().StringVar(&c.backend, "backend", "", "backend: "+backend.Choices()+" (overrides TERMINAL_ENV and the file)")
-	cmd.Flags().StringVar(&c.task, "task", manager.DefaultKey, "environment key (the prefix of per-session keys over HTTP)")
-	cmd.Flags().IntVar(&c.timeout, "timeout", 0, "default seconds before a command is killed (default terminal.timeout)")
+	cmd.Flags().StringVar(&c.Backend, "backend", "", "backend: "+backend.Choices()+" (overrides TERMINAL_ENV and the file)")
+	cmd.Flags().StringVar(&c.Task, "task", manager.DefaultKey, "environment key (the prefix of per-session keys over HTTP)")
+	cmd.Flags().IntVar(&c.Timeout, "timeout", 0, "default seconds before a command is killed (default terminal.timeout)")
 }
 
 func newMCPCmd() *cobra.Command {
@@ -56,7 +57,7 @@ terminal.daemon_term_grace_seconds plus 3 s; a second signal exits at once.`,
 				// Tool calls end with ctx: on a shutdown signal their
 				// commands are interrupted, their results sent, and Run
 				// returns once they have.
-				srv := mcpserver.New(m, mcpserver.Options{Key: c.task, Logger: slog.Default(), Context: ctx})
+				srv := mcpserver.New(m, mcpserver.Options{Key: c.Task, Logger: slog.Default(), Context: ctx})
 				err := srv.Run(ctx, &mcpserver.StdioTransport{Logger: slog.Default()}, drainTime(cfg))
 				if err != nil && ctx.Err() != nil {
 					return nil // stopped by a signal
@@ -125,7 +126,7 @@ terminal.daemon_term_grace_seconds plus 3 s; a second signal exits at once.`,
 			}
 			return withManager(cmd.Context(), cfg, func(ctx context.Context, m *manager.Manager) error {
 				m.StartSweeper(ctx)
-				srv := mcpserver.New(m, mcpserver.Options{Key: c.task, Logger: slog.Default(), Context: ctx})
+				srv := mcpserver.New(m, mcpserver.Options{Key: c.Task, Logger: slog.Default(), Context: ctx})
 				mux := http.NewServeMux()
 				mux.Handle("/mcp", mcpserver.Handler(srv, token, &mcpserver.HTTPOptions{MaxSessions: maxSessions}))
 				mux.Handle("/ps", mcpserver.RequireToken(token, psHandler(m)))

@@ -38,7 +38,7 @@ Exits 1 when the configured backend is not usable.`,
 		},
 	}
 	c.addConfigFlag(cmd)
-	cmd.Flags().StringVar(&c.backend, "backend", "", "check as if this backend were configured: "+backend.Choices())
+	cmd.Flags().StringVar(&c.Backend, "backend", "", "check as if this backend were configured: "+backend.Choices())
 	return cmd
 }
 

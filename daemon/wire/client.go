@@ -1,12 +1,12 @@
-package daemon
+package wire
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/a55dbaac/berth/approval"
 )
 
 // ErrNotRunning says no daemon serves the home (DialOptions.NoStart).
@@ -40,8 +38,8 @@ type DialOptions struct {
 // Client is one connection to a daemon. It is not safe for concurrent
 // use: requests go one at a time.
 type Client struct {
-	nc net.Conn
-	c  *conn
+	nc *os.File
+	c  *Conn
 	// Started reports that this Dial started the daemon.
 	Started bool
 }
@@ -61,7 +59,7 @@ func Dial(ctx context.Context, opts DialOptions) (*Client, error) {
 	if opts.NoStart {
 		return nil, ErrNotRunning
 	}
-	if err := privateDir(paths.Dir); err != nil {
+	if err := PrivateDir(paths.Dir); err != nil {
 		return nil, err
 	}
 	timeout := opts.StartTimeout
@@ -81,13 +79,33 @@ func Dial(ctx context.Context, opts DialOptions) (*Client, error) {
 	return start(ctx, paths, opts)
 }
 
-// connect dials the socket.
+// connect dials the socket. It uses the socket calls themselves rather
+// than package net, which would make the front binary load the C library
+// at every start (about 3 ms here).
 func connect(path string) (*Client, error) {
-	nc, err := net.DialTimeout("unix", path, 5*time.Second)
+	// Non-blocking, so that the runtime's poller serves it and read
+	// deadlines work; a unix connect does not wait for the daemon to
+	// accept, it fails with EAGAIN when its backlog is full.
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("daemon: socket: %w", err)
 	}
-	return &Client{nc: nc, c: newConn(nc)}, nil
+	for {
+		err = unix.Connect(fd, &unix.SockaddrUnix{Name: path})
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err == unix.EAGAIN {
+		// The daemon's backlog is full: it does not answer.
+		err = unix.ECONNREFUSED
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "connect", Path: path, Err: err}
+	}
+	nc := os.NewFile(uintptr(fd), path)
+	return &Client{nc: nc, c: NewConn(nc)}, nil
 }
 
 // isNotListening reports a socket that is missing or that nobody accepts
@@ -200,13 +218,22 @@ func (c *Client) Do(req Request) (*Reply, error) {
 	return c.Run(context.Background(), req, RunOptions{})
 }
 
+// AskFunc answers an approval question of the daemon (an
+// approval.Question as JSON) with an approval.Answer. An error wrapping
+// ErrCannotAsk says nobody can be asked.
+type AskFunc func(ctx context.Context, question json.RawMessage) (answer string, err error)
+
+// ErrCannotAsk is the answer of a caller that cannot ask anybody; the
+// daemon takes it as approval.ErrCannotAsk (its text is the same).
+var ErrCannotAsk = errors.New("cannot ask the user")
+
 // RunOptions are the caller's side of a run.
 type RunOptions struct {
 	// Stdout receives the output as it comes (when the request streams).
 	Stdout io.Writer
-	// Asker answers approval questions; nil answers that nobody can be
+	// Ask answers approval questions; nil answers that nobody can be
 	// asked.
-	Asker approval.Asker
+	Ask AskFunc
 }
 
 // Run sends req and relays its frames until the result: output to
@@ -214,10 +241,10 @@ type RunOptions struct {
 // the command (the daemon answers with exit status 130).
 func (c *Client) Run(ctx context.Context, req Request, opts RunOptions) (*Reply, error) {
 	req.Version = ProtocolVersion
-	if err := c.c.send(Frame{T: FrameRequest, Req: &req}); err != nil {
+	if err := c.c.Send(Frame{T: FrameRequest, Req: &req}); err != nil {
 		// A daemon that refuses the connection says why before closing.
 		_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
-		if f, rerr := c.c.recv(); rerr == nil && f.T == FrameResult && f.Reply != nil && f.Reply.Error != "" {
+		if f, rerr := c.c.Recv(); rerr == nil && f.T == FrameResult && f.Reply != nil && f.Reply.Error != "" {
 			return f.Reply, &ReplyError{Msg: f.Reply.Error}
 		}
 		return nil, err
@@ -227,7 +254,7 @@ func (c *Client) Run(ctx context.Context, req Request, opts RunOptions) (*Reply,
 	go func() {
 		defer close(frames)
 		for {
-			f, err := c.c.recv()
+			f, err := c.c.Recv()
 			if err != nil {
 				readErr <- err
 				return
@@ -255,7 +282,7 @@ func (c *Client) Run(ctx context.Context, req Request, opts RunOptions) (*Reply,
 					_, _ = opts.Stdout.Write(f.Data)
 				}
 			case FrameAsk:
-				go c.answer(ctx, f, opts.Asker)
+				go c.answer(ctx, f, opts.Ask)
 			case FrameResult:
 				if f.Reply == nil {
 					return nil, errors.New("daemon: empty result")
@@ -267,34 +294,26 @@ func (c *Client) Run(ctx context.Context, req Request, opts RunOptions) (*Reply,
 			}
 		case <-done:
 			done = nil
-			_ = c.c.send(Frame{T: FrameInterrupt})
+			_ = c.c.Send(Frame{T: FrameInterrupt})
 		}
 	}
 }
 
 // answer asks the human and sends the answer back.
-func (c *Client) answer(ctx context.Context, f Frame, asker approval.Asker) {
-	if asker == nil || f.Question == nil {
-		_ = c.c.send(Frame{T: FrameAnswer, Err: approval.ErrCannotAsk.Error()})
+func (c *Client) answer(ctx context.Context, f Frame, ask AskFunc) {
+	if ask == nil || len(f.Question) == 0 {
+		_ = c.c.Send(Frame{T: FrameAnswer, Err: ErrCannotAsk.Error()})
 		return
 	}
-	q := *f.Question
-	actx := ctx
-	if q.Timeout > 0 {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(ctx, q.Timeout)
-		defer cancel()
+	a, err := ask(ctx, f.Question)
+	switch {
+	case errors.Is(err, ErrCannotAsk):
+		_ = c.c.Send(Frame{T: FrameAnswer, Err: ErrCannotAsk.Error()})
+	case err != nil:
+		_ = c.c.Send(Frame{T: FrameAnswer, Err: err.Error()})
+	default:
+		_ = c.c.Send(Frame{T: FrameAnswer, Answer: a})
 	}
-	a, err := asker.Ask(actx, q)
-	if err != nil {
-		msg := err.Error()
-		if errors.Is(err, approval.ErrCannotAsk) {
-			msg = approval.ErrCannotAsk.Error()
-		}
-		_ = c.c.send(Frame{T: FrameAnswer, Err: msg})
-		return
-	}
-	_ = c.c.send(Frame{T: FrameAnswer, Answer: a})
 }
 
 // ReplyError is a request the daemon could not serve (bad configuration,
@@ -303,4 +322,28 @@ type ReplyError struct{ Msg string }
 
 func (e *ReplyError) Error() string {
 	return "berth daemon: " + strings.TrimPrefix(e.Msg, "berth daemon: ")
+}
+
+// PrivateDir creates dir with mode 0700 and makes sure it is this user's
+// and nobody else's.
+func PrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("daemon: create %s: %w", dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("daemon: stat %s: %w", dir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("daemon: %s is not a directory; remove it", dir)
+	}
+	if int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("daemon: %s belongs to uid %d, not to this user (uid %d); remove it or use another BERTH_HOME", dir, st.Uid, os.Getuid())
+	}
+	if st.Mode&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("daemon: chmod %s 0700: %w", dir, err)
+		}
+	}
+	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,13 +16,11 @@ import (
 	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/daemon"
+	"github.com/a55dbaac/berth/daemon/wire"
+	"github.com/a55dbaac/berth/internal/cli"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/terminal"
 )
-
-// noDaemonEnv set to anything but "", "0" or "false" keeps berth exec and
-// berth shell in one process, like --no-daemon.
-const noDaemonEnv = "BERTH_NO_DAEMON"
 
 func newDaemonCmd() *cobra.Command {
 	var configPath string
@@ -55,7 +52,7 @@ one process instead.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, home, err := dialRunning(cmd.Context())
-			if errors.Is(err, daemon.ErrNotRunning) {
+			if errors.Is(err, wire.ErrNotRunning) {
 				if asJSON {
 					fmt.Println(`{"running":false}`)
 				} else {
@@ -67,7 +64,7 @@ one process instead.`,
 				return err
 			}
 			defer cl.Close()
-			r, err := cl.Do(daemon.Request{Op: daemon.OpStatus})
+			r, err := cl.Do(wire.Request{Op: wire.OpStatus})
 			if err != nil {
 				return err
 			}
@@ -77,7 +74,7 @@ one process instead.`,
 				enc.SetEscapeHTML(false)
 				return enc.Encode(struct {
 					Running bool `json:"running"`
-					*daemon.Status
+					*wire.Status
 				}{true, st})
 			}
 			fmt.Printf("berth daemon pid %d, up %s, socket %s\n", st.PID, st.Uptime.Round(time.Second), st.Socket)
@@ -102,18 +99,18 @@ one process instead.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, _, err := dialRunning(cmd.Context())
-			if errors.Is(err, daemon.ErrNotRunning) {
+			if errors.Is(err, wire.ErrNotRunning) {
 				return nil
 			}
 			if err != nil {
 				return err
 			}
 			defer cl.Close()
-			st, err := cl.Do(daemon.Request{Op: daemon.OpStatus})
+			st, err := cl.Do(wire.Request{Op: wire.OpStatus})
 			if err != nil {
 				return err
 			}
-			if _, err := cl.Do(daemon.Request{Op: daemon.OpStop}); err != nil {
+			if _, err := cl.Do(wire.Request{Op: wire.OpStop}); err != nil {
 				return err
 			}
 			// The reply comes once every environment is closed; the
@@ -168,36 +165,7 @@ func processAlive(pid int) bool {
 
 // useDaemon reports whether exec and shell go through the daemon.
 func useDaemon(cfg *config.Config, noDaemon bool) bool {
-	if noDaemon || !cfg.Terminal.Daemon {
-		return false
-	}
-	switch strings.ToLower(strings.TrimSpace(os.Getenv(noDaemonEnv))) {
-	case "", "0", "false", "no", "off":
-		return true
-	}
-	return false
-}
-
-// inputs are the caller's configuration inputs, for the daemon. The
-// timeout is not among them: it travels with each command.
-func (c *common) inputs() (daemon.Inputs, error) {
-	in := daemon.Inputs{Env: os.Environ(), Flags: map[string]string{}}
-	if c.backend != "" {
-		in.Flags["backend"] = c.backend
-	}
-	if c.configPath != "" {
-		p, err := filepath.Abs(c.configPath)
-		if err != nil {
-			return in, fmt.Errorf("--config %s: %w", c.configPath, err)
-		}
-		in.ConfigPath = p
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return in, fmt.Errorf("working directory: %w", err)
-	}
-	in.Cwd = wd
-	return in, nil
+	return !noDaemon && cfg.Terminal.Daemon && !cli.DaemonOffInEnv()
 }
 
 // runner runs the commands of berth exec and berth shell, in this process
@@ -217,14 +185,14 @@ type runner interface {
 // withRunner runs fn with a runner: through the daemon unless the caller
 // or the configuration says otherwise (or the socket path cannot work).
 func withRunner(ctx context.Context, cfg *config.Config, c *common, fn func(ctx context.Context, r runner) error) error {
-	if useDaemon(cfg, c.noDaemon) {
-		in, err := c.inputs()
+	if useDaemon(cfg, c.NoDaemon) {
+		in, err := c.Inputs()
 		if err != nil {
 			return err
 		}
-		cl, err := daemon.Dial(ctx, daemon.DialOptions{Home: cfg.Home, Args: []string{"daemon", "serve"}})
+		cl, err := wire.Dial(ctx, wire.DialOptions{Home: cfg.Home, Args: []string{"daemon", "serve"}})
 		switch {
-		case errors.Is(err, daemon.ErrPathTooLong):
+		case errors.Is(err, wire.ErrPathTooLong):
 			slog.Warn("running without the daemon", "err", err)
 		case err != nil:
 			return fmt.Errorf("%w (or run with --no-daemon)", err)
@@ -255,11 +223,11 @@ func (r *localRunner) run(ctx context.Context, line string, out io.Writer) (term
 	if r.asker != nil {
 		ctx = approval.WithAsker(ctx, r.asker)
 	}
-	req := terminal.Request{Command: line, Timeout: r.c.timeout, Workdir: r.c.workdir}
+	req := terminal.Request{Command: line, Timeout: r.c.Timeout, Workdir: r.c.Workdir}
 	if r.oneShot {
 		req.OnTimeout = terminal.OnTimeoutKill
 	}
-	res := r.m.Run(ctx, r.c.task, req)
+	res := r.m.Run(ctx, r.c.Task, req)
 	if out != nil && res.Output != "" {
 		fmt.Fprintln(out, res.Output)
 	}
@@ -267,7 +235,7 @@ func (r *localRunner) run(ctx context.Context, line string, out io.Writer) (term
 }
 
 func (r *localRunner) meta(ctx context.Context, line string) (json.RawMessage, bool, error) {
-	v, ok := daemon.Meta(ctx, r.m, r.c.task, r.c.workdir, line)
+	v, ok := daemon.Meta(ctx, r.m, r.c.Task, r.c.Workdir, line)
 	if !ok {
 		return nil, false, nil
 	}
@@ -276,7 +244,7 @@ func (r *localRunner) meta(ctx context.Context, line string) (json.RawMessage, b
 }
 
 func (r *localRunner) where(ctx context.Context) (string, string, error) {
-	env, err := r.m.Env(ctx, r.c.task)
+	env, err := r.m.Env(ctx, r.c.Task)
 	if err != nil {
 		return "", "", err
 	}
@@ -285,9 +253,9 @@ func (r *localRunner) where(ctx context.Context) (string, string, error) {
 
 // daemonRunner runs through the daemon.
 type daemonRunner struct {
-	cl    *daemon.Client
+	cl    *wire.Client
 	c     *common
-	in    daemon.Inputs
+	in    wire.Inputs
 	asker approval.Asker
 
 	onTimeout    string // the caller's terminal.on_timeout
@@ -296,15 +264,18 @@ type daemonRunner struct {
 
 func (r *daemonRunner) setAsker(a approval.Asker) { r.asker = a }
 
-func (r *daemonRunner) request(op string) daemon.Request {
-	return daemon.Request{Op: op, Inputs: r.in, Key: r.c.task, Timeout: r.c.timeout, Workdir: r.c.workdir, OnTimeout: r.onTimeout, CanAsk: r.asker != nil}
+func (r *daemonRunner) request(op string) wire.Request {
+	return r.c.Request(op, r.in, r.onTimeout, r.asker != nil)
 }
 
 // notes prints the daemon's notes and remembers where the shell is.
-func (r *daemonRunner) notes(rep *daemon.Reply) {
-	for _, n := range rep.Notes {
-		fmt.Fprintln(os.Stderr, "berth:", n)
-	}
+func (r *daemonRunner) notes(rep *wire.Reply) {
+	cli.PrintNotes(os.Stderr, rep)
+	r.remember(rep)
+}
+
+// remember remembers where the shell is after rep.
+func (r *daemonRunner) remember(rep *wire.Reply) {
 	if rep.Backend != "" {
 		r.backend = rep.Backend
 	}
@@ -314,41 +285,35 @@ func (r *daemonRunner) notes(rep *daemon.Reply) {
 }
 
 func (r *daemonRunner) run(ctx context.Context, line string, out io.Writer) (terminal.Result, error) {
-	req := r.request(daemon.OpRun)
+	req := r.request(wire.OpRun)
 	req.Command = line
-	var cw *countWriter
-	opts := daemon.RunOptions{Asker: r.asker}
-	if out != nil {
-		req.Stream = true
-		cw = &countWriter{w: out}
-		opts.Stdout = cw
-	}
-	rep, err := r.cl.Run(ctx, req, opts)
+	rep, err := cli.RunStreamed(ctx, r.cl, req, out, daemon.AskWith(r.asker), os.Stderr)
 	if err != nil {
 		return terminal.Result{}, err
 	}
-	r.notes(rep)
+	r.remember(rep)
 	var res terminal.Result
 	if err := json.Unmarshal(rep.Result, &res); err != nil {
 		return terminal.Result{}, fmt.Errorf("daemon: decode result: %w", err)
 	}
-	if cw != nil {
-		io.WriteString(cw, rep.Tail)
-		if cw.n > 0 && cw.last != '\n' {
-			io.WriteString(out, "\n")
-		}
-	}
 	return res, nil
+}
+
+// exec runs berth exec's command and returns berth's exit status.
+func (r *daemonRunner) exec(ctx context.Context, line string, asJSON bool) (int, error) {
+	req := r.request(wire.OpRun)
+	req.Command = line
+	return cli.Exec(ctx, r.cl, req, asJSON, daemon.AskWith(r.asker), os.Stdout, os.Stderr)
 }
 
 func (r *daemonRunner) meta(ctx context.Context, line string) (json.RawMessage, bool, error) {
 	if !strings.HasPrefix(line, ":") {
 		return nil, false, nil
 	}
-	req := r.request(daemon.OpMeta)
+	req := r.request(wire.OpMeta)
 	req.Line = line
-	rep, err := r.cl.Run(ctx, req, daemon.RunOptions{})
-	var re *daemon.ReplyError
+	rep, err := r.cl.Run(ctx, req, wire.RunOptions{})
+	var re *wire.ReplyError
 	if errors.As(err, &re) && strings.Contains(re.Msg, "is not a process-tool line") {
 		return nil, false, nil
 	}
@@ -360,7 +325,7 @@ func (r *daemonRunner) meta(ctx context.Context, line string) (json.RawMessage, 
 }
 
 func (r *daemonRunner) where(ctx context.Context) (string, string, error) {
-	rep, err := r.cl.Run(ctx, r.request(daemon.OpEnv), daemon.RunOptions{})
+	rep, err := r.cl.Run(ctx, r.request(wire.OpEnv), wire.RunOptions{})
 	if err != nil {
 		return "", "", err
 	}
@@ -368,29 +333,13 @@ func (r *daemonRunner) where(ctx context.Context) (string, string, error) {
 	return r.backend, r.cwd, nil
 }
 
-// countWriter counts the bytes written through it and keeps the last.
-type countWriter struct {
-	w    io.Writer
-	n    int64
-	last byte
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	if n > 0 {
-		c.last = p[n-1]
-	}
-	return n, err
-}
-
 // dialRunning connects to the daemon of this berth home without starting
-// one (daemon.ErrNotRunning when none runs), for status and stop.
-func dialRunning(ctx context.Context) (*daemon.Client, string, error) {
+// one (wire.ErrNotRunning when none runs), for status and stop.
+func dialRunning(ctx context.Context) (*wire.Client, string, error) {
 	home, err := config.HomeDir(nil)
 	if err != nil {
 		return nil, "", err
 	}
-	cl, err := daemon.Dial(ctx, daemon.DialOptions{Home: home, NoStart: true})
+	cl, err := wire.Dial(ctx, wire.DialOptions{Home: home, NoStart: true})
 	return cl, home, err
 }

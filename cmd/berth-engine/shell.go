@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a55dbaac/berth/approval"
+	"github.com/a55dbaac/berth/internal/cli"
 )
 
 func newShellCmd() *cobra.Command {
@@ -45,7 +46,7 @@ IDs may be any unique prefix of 4 or more characters.`,
 			if err != nil {
 				return err
 			}
-			interactive := isTerminal(os.Stdin)
+			interactive := cli.IsTerminal(os.Stdin)
 			return withRunner(cmd.Context(), cfg, &c, func(ctx context.Context, r runner) error {
 				if lr, ok := r.(*localRunner); ok {
 					lr.m.StartSweeper(ctx)
@@ -60,11 +61,6 @@ IDs may be any unique prefix of 4 or more characters.`,
 	c.addRunFlags(cmd)
 	c.addDaemonFlag(cmd)
 	return cmd
-}
-
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // readLines delivers input lines on a channel so callers can stop waiting
@@ -109,20 +105,20 @@ func batchShell(ctx context.Context, r runner, c *common, in io.Reader, out io.W
 			return err
 		}
 		if ok {
-			if err := printMeta(out, meta, c.jsonOut); err != nil {
+			if err := printMeta(out, meta, c.JSON); err != nil {
 				return err
 			}
 			continue
 		}
 		var text io.Writer
-		if !c.jsonOut {
+		if !c.JSON {
 			text = out
 		}
 		res, err := r.run(ctx, line, text)
 		if err != nil {
 			return err
 		}
-		if c.jsonOut {
+		if c.JSON {
 			if err := enc.Encode(res); err != nil {
 				return err
 			}
@@ -156,9 +152,9 @@ func interactiveShell(parent context.Context, r runner, c *common) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "berth %s (task %s). Ctrl-D to leave.\n", be, c.task)
-	interruptsClaimed.Store(true)
-	defer interruptsClaimed.Store(false)
+	fmt.Fprintf(os.Stderr, "berth %s (task %s). Ctrl-D to leave.\n", be, c.Task)
+	cli.InterruptsClaimed.Store(true)
+	defer cli.InterruptsClaimed.Store(false)
 	lines, _ := readLines(os.Stdin)
 	// A command that needs approval asks on this terminal, reading the
 	// same lines as the prompt (never both at once: the loop waits for the
@@ -174,7 +170,7 @@ func interactiveShell(parent context.Context, r runner, c *common) error {
 		var ok bool
 		select {
 		case line, ok = <-lines:
-		case <-interrupts:
+		case <-cli.Interrupts:
 			fmt.Fprintln(os.Stderr)
 			continue
 		case <-parent.Done():
@@ -200,7 +196,7 @@ func interactiveShell(parent context.Context, r runner, c *common) error {
 		done := make(chan struct{})
 		go func() {
 			select {
-			case <-interrupts:
+			case <-cli.Interrupts:
 				cancel()
 			case <-done:
 			}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a55dbaac/berth/approval"
+	"github.com/a55dbaac/berth/daemon"
+	"github.com/a55dbaac/berth/internal/cli"
+	"github.com/a55dbaac/berth/internal/cli/flagset"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -50,25 +52,37 @@ note on stderr. --no-daemon runs in this process, as one call.`,
 			if err != nil {
 				return err
 			}
+			line := strings.Join(args, " ")
 			var res terminal.Result
+			code := -1
 			err = withRunner(cmd.Context(), cfg, &c, func(ctx context.Context, r runner) error {
-				if lr, ok := r.(*localRunner); ok {
-					lr.oneShot = true
-				}
-				if isTerminal(os.Stdin) && isTerminal(os.Stderr) {
+				if cli.IsTerminal(os.Stdin) && cli.IsTerminal(os.Stderr) {
 					r.setAsker(approval.NewPromptAsker(os.Stdin, os.Stderr))
 				}
+				switch r := r.(type) {
+				case *daemonRunner:
+					code, err = r.exec(ctx, line, c.JSON)
+					return err
+				case *localRunner:
+					r.oneShot = true
+				}
 				var out io.Writer
-				if !c.jsonOut {
+				if !c.JSON {
 					out = os.Stdout
 				}
-				res, err = r.run(ctx, strings.Join(args, " "), out)
+				res, err = r.run(ctx, line, out)
 				return err
 			})
 			if err != nil {
 				return err
 			}
-			return resultStatus(res, c.jsonOut)
+			if code < 0 {
+				code = resultStatus(res, c.JSON)
+			}
+			if code != 0 {
+				return exitError{code}
+			}
+			return nil
 		},
 	}
 	c.addRunFlags(cmd)
@@ -77,50 +91,22 @@ note on stderr. --no-daemon runs in this process, as one call.`,
 }
 
 // addDaemonFlag adds --no-daemon.
-func (c *common) addDaemonFlag(cmd *cobra.Command) {
-	cmd.Flags().BoolVar(&c.noDaemon, "no-daemon", false, "run in this process instead of the background berth that keeps environments warm (also BERTH_NO_DAEMON=1, terminal.daemon: false)")
-}
+func (c *common) addDaemonFlag(cmd *cobra.Command) { flagset.AddNoDaemon(cmd.Flags(), &c.Flags) }
 
-// blockedStatus is berth's exit status for a command its approval check
-// refused to run (the shell's "cannot execute").
-const blockedStatus = 126
-
-// movedStatus is berth exec's status when the command was still running at
-// its timeout and was moved to the background (on_timeout: background,
-// through the daemon): the timeout's status, though the command goes on.
-const movedStatus = 124
-
-// resultStatus prints the JSON of a foreground result (the output itself
-// was printed as it came) and turns its status into berth's exit status.
-func resultStatus(res terminal.Result, asJSON bool) error {
+// resultStatus prints the JSON of a foreground result run in this process
+// (the output itself was printed) and returns berth exec's exit status,
+// printing why the command did not run, as the daemon path does.
+func resultStatus(res terminal.Result, asJSON bool) int {
+	code, msg := daemon.ExecStatus(res)
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(res); err != nil {
-			return err
+			fmt.Fprintln(os.Stderr, "berth:", err)
+			return errorStatus
 		}
+	} else if msg != "" {
+		fmt.Fprintln(os.Stderr, "berth:", msg)
 	}
-	if res.Approval != nil && !res.Approval.Allowed() {
-		if !asJSON {
-			fmt.Fprintln(os.Stderr, "berth:", res.Approval.Message)
-		}
-		return exitError{blockedStatus}
-	}
-	if res.MovedToBackground {
-		return exitError{movedStatus}
-	}
-	if res.Error != nil {
-		if asJSON {
-			return exitError{errorStatus}
-		}
-		return errors.New(*res.Error)
-	}
-	if res.ExitCode != 0 {
-		code := res.ExitCode
-		if code < 0 || code > 255 {
-			code = errorStatus
-		}
-		return exitError{code}
-	}
-	return nil
+	return code
 }

@@ -1,24 +1,16 @@
-// Package daemon keeps berth's environments warm between `berth exec` and
-// `berth shell` calls, the way OpenSSH's ControlPersist keeps one
-// connection for later ssh calls: the first call for a berth home starts a
-// background berth (Serve) that holds the environments, one
-// manager.Manager per environment key, and listens on a unix socket in the
-// home; later calls (Client) send their command there and get its output
-// streamed back, so cd, exported variables and the started container or
-// ssh connection carry over from one call to the next.
+// Package wire is the protocol between berth's daemon and its callers, and
+// the caller's side of it: the frames, the daemon's paths in a berth home,
+// and a client that dials (starting the daemon when none answers) and
+// relays one request at a time.
 //
-// The socket lives in $BERTH_HOME/daemon (mode 0700), is itself mode 0600,
-// and every connection's peer is checked with SO_PEERCRED: a process of
-// another user is refused even where the file modes would let it in. The
-// daemon exits after lifetime_seconds with no environment left (the idle
-// sweep cleans environments up as berth mcp does: none is cleaned while a
-// command or background process runs in it) and no connection open, or on
-// `berth daemon stop` / SIGTERM, closing every environment as a one-process
-// berth does at exit.
+// It is kept light on purpose (the standard library and x/sys only): the
+// berth front binary links it to answer a warm `berth exec` in a few
+// milliseconds, without the backends, the approval rules or the
+// configuration loader. The daemon itself is package daemon.
 //
-// The protocol is newline-delimited JSON frames over the socket, one
+// The protocol is newline-delimited JSON frames over a unix socket, one
 // request at a time per connection (see Request and Frame).
-package daemon
+package wire
 
 import (
 	"bufio"
@@ -30,8 +22,6 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
-
-	"github.com/a55dbaac/berth/approval"
 )
 
 // ProtocolVersion is the version of the frames below. A daemon refuses a
@@ -92,6 +82,13 @@ type Request struct {
 	Stream bool `json:"stream,omitempty"`
 	// CanAsk says the caller answers approval questions (a terminal).
 	CanAsk bool `json:"can_ask,omitempty"`
+	// Quick says the caller has not read the configuration (the berth
+	// front binary): the daemon loads it from Inputs, and answers with
+	// Reply.Fallback, running nothing, when the configuration cannot be
+	// loaded or says not to use the daemon, or the request is one the
+	// caller should refuse itself (a bad timeout). Its warnings come back
+	// in Reply.Warnings.
+	Quick bool `json:"quick,omitempty"`
 }
 
 // Reply is the payload of a result frame.
@@ -114,17 +111,30 @@ type Reply struct {
 	Backend string `json:"backend,omitempty"`
 	// Status answers a status request.
 	Status *Status `json:"status,omitempty"`
+	// Exit is berth exec's exit status for a run, and ExitMessage what
+	// it prints on stderr after "berth: " (unless it prints the result as
+	// JSON): why the command did not run or berth failed.
+	Exit        int    `json:"exit,omitempty"`
+	ExitMessage string `json:"exit_message,omitempty"`
+	// Fallback answers a Quick request the caller must serve itself;
+	// nothing ran.
+	Fallback bool `json:"fallback,omitempty"`
+	// Warnings are the configuration's warnings (Quick requests).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Frame is one message on the socket.
 type Frame struct {
-	T        string             `json:"t"`
-	Req      *Request           `json:"req,omitempty"`
-	Data     []byte             `json:"d,omitempty"`
-	Question *approval.Question `json:"q,omitempty"`
-	Answer   approval.Answer    `json:"a,omitempty"`
-	Err      string             `json:"err,omitempty"`
-	Reply    *Reply             `json:"reply,omitempty"`
+	T   string   `json:"t"`
+	Req *Request `json:"req,omitempty"`
+	// Data is a chunk of output (out).
+	Data []byte `json:"d,omitempty"`
+	// Question is an approval.Question as JSON (ask); Answer an
+	// approval.Answer (answer), or Err why there is none.
+	Question json.RawMessage `json:"q,omitempty"`
+	Answer   string          `json:"a,omitempty"`
+	Err      string          `json:"err,omitempty"`
+	Reply    *Reply          `json:"reply,omitempty"`
 }
 
 // Status describes a running daemon.
@@ -186,20 +196,21 @@ func PathsFor(home string) (Paths, error) {
 // maxFrame bounds one frame (a command, an environment, an output chunk).
 const maxFrame = 64 << 20
 
-// conn frames one socket: writes are serialised, reads come from one
+// Conn frames one socket: writes are serialised, reads come from one
 // goroutine at a time.
-type conn struct {
+type Conn struct {
 	rw  io.ReadWriteCloser
 	r   *bufio.Reader
 	wmu sync.Mutex
 }
 
-func newConn(rw io.ReadWriteCloser) *conn {
-	return &conn{rw: rw, r: bufio.NewReaderSize(rw, 64<<10)}
+// NewConn frames rw.
+func NewConn(rw io.ReadWriteCloser) *Conn {
+	return &Conn{rw: rw, r: bufio.NewReaderSize(rw, 64<<10)}
 }
 
-// send writes one frame.
-func (c *conn) send(f Frame) error {
+// Send writes one frame.
+func (c *Conn) Send(f Frame) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // keeps raw results as they are
@@ -215,8 +226,8 @@ func (c *conn) send(f Frame) error {
 	return nil
 }
 
-// recv reads one frame.
-func (c *conn) recv() (Frame, error) {
+// Recv reads one frame.
+func (c *Conn) Recv() (Frame, error) {
 	var line []byte
 	for {
 		chunk, isPrefix, err := c.r.ReadLine()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -34,8 +35,9 @@ a new process per call through the same backend (bash -c locally, one exec
 per command on docker, one channel per command on ssh), the time from
 creating the environment to the first command's result, the wall time of a
 whole "berth exec" call (process start included) on a warm environment
-through the background daemon against "berth exec --no-daemon" (a private
-berth home, stopped afterwards), and output throughput with the peak memory
+through the background daemon — the light berth front binary next to this
+engine, and the engine itself — against "berth exec --no-daemon" (a
+private berth home, stopped afterwards), and output throughput with the peak memory
 growth of the berth process.`,
 		Example: `  berth bench
   berth bench --backend docker -n 1000
@@ -58,7 +60,7 @@ growth of the berth process.`,
 			}
 			return withManager(cmd.Context(), cfg, func(ctx context.Context, m *manager.Manager) error {
 				start := time.Now()
-				env, err := m.Env(ctx, c.task)
+				env, err := m.Env(ctx, c.Task)
 				if err != nil {
 					return err
 				}
@@ -85,14 +87,24 @@ growth of the berth process.`,
 				fmt.Printf("%-34s %9.1fx\n\n", "berth speed-up at p50", float64(spawn.P50)/float64(lat.P50))
 				fmt.Printf("%-34s %10s\n\n", "create to first command", ms(firstCmd))
 				if execN > 0 {
-					warm, cold, err := benchExec(ctx, cfg, c.backend, execN)
+					r, err := benchExec(ctx, cfg, c.Backend, execN)
 					if err != nil {
 						return err
 					}
 					fmt.Printf("%-34s %10s %10s %8s\n", "whole berth exec call ("+bench.TrivialCommand+")", "p50", "p90", "calls")
-					fmt.Printf("%-34s %10s %10s %8d\n", "warm, through the daemon", ms(warm.P50), ms(warm.P90), warm.N)
-					fmt.Printf("%-34s %10s %10s %8d\n", "--no-daemon", ms(cold.P50), ms(cold.P90), cold.N)
-					fmt.Printf("%-34s %9.1fx\n\n", "daemon speed-up at p50", float64(cold.P50)/float64(warm.P50))
+					warmName := "warm, berth (front) + daemon"
+					if r.front == "" {
+						warmName = "warm, berth-engine + daemon"
+					}
+					fmt.Printf("%-34s %10s %10s %8d\n", warmName, ms(r.warm.P50), ms(r.warm.P90), r.warm.N)
+					if r.front != "" {
+						fmt.Printf("%-34s %10s %10s %8d\n", "warm, berth-engine + daemon", ms(r.engine.P50), ms(r.engine.P90), r.engine.N)
+					}
+					fmt.Printf("%-34s %10s %10s %8d\n", "--no-daemon", ms(r.cold.P50), ms(r.cold.P90), r.cold.N)
+					fmt.Printf("%-34s %9.1fx\n\n", "daemon speed-up at p50", float64(r.cold.P50)/float64(r.warm.P50))
+					if r.front == "" {
+						fmt.Printf("(no berth front binary next to %s: the warm row is the engine's)\n\n", r.engineExe)
+					}
 				}
 				if len(sz) > 0 {
 					fmt.Printf("%-34s %10s %12s %14s\n", "output volume", "time", "throughput", "peak RSS growth")
@@ -113,8 +125,8 @@ growth of the berth process.`,
 		},
 	}
 	c.addConfigFlag(cmd)
-	cmd.Flags().StringVar(&c.backend, "backend", "", "backend to measure (default: configured): "+backend.Choices())
-	cmd.Flags().StringVar(&c.task, "task", "bench", "environment key")
+	cmd.Flags().StringVar(&c.Backend, "backend", "", "backend to measure (default: configured): "+backend.Choices())
+	cmd.Flags().StringVar(&c.Task, "task", "bench", "environment key")
 	cmd.Flags().IntVarP(&n, "n", "n", 1000, "berth calls to time")
 	cmd.Flags().IntVar(&spawnN, "spawn-n", 100, "baseline calls to time")
 	cmd.Flags().IntVar(&execN, "exec-n", 20, "whole berth exec calls to time, each way (0 to skip)")
@@ -122,31 +134,46 @@ growth of the berth process.`,
 	return cmd
 }
 
-// benchExec times whole `berth exec -- true` calls, this binary run as a
-// new process each time, through a warm daemon and with --no-daemon. It
-// uses a private berth home (the configuration file is the caller's) and
-// a non-persistent environment, and stops that daemon at the end.
-func benchExec(ctx context.Context, cfg *config.Config, backendFlag string, n int) (warm, cold bench.Stats, err error) {
+// execTimes are the whole-call timings of benchExec.
+type execTimes struct {
+	warm, engine, cold bench.Stats
+	// front is the berth front binary timed for warm (next to this
+	// engine), "" when there is none and warm is the engine's.
+	front, engineExe string
+}
+
+// benchExec times whole `berth exec -- true` calls, each a new process:
+// the berth front binary (next to this engine) through a warm daemon, this
+// engine through the same daemon, and with --no-daemon. It uses a private
+// berth home (the configuration file is the caller's) and a non-persistent
+// environment, and stops that daemon at the end.
+func benchExec(ctx context.Context, cfg *config.Config, backendFlag string, n int) (r execTimes, err error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return warm, cold, fmt.Errorf("bench: find the berth executable: %w", err)
+		return r, fmt.Errorf("bench: find the berth executable: %w", err)
+	}
+	r.engineExe = exe
+	if p := filepath.Join(filepath.Dir(exe), "berth"); p != exe {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			r.front = p
+		}
 	}
 	home, err := os.MkdirTemp("", "berth-bench-")
 	if err != nil {
-		return warm, cold, fmt.Errorf("bench: private home: %w", err)
+		return r, fmt.Errorf("bench: private home: %w", err)
 	}
 	defer os.RemoveAll(home)
 	env := append(os.Environ(), "BERTH_HOME="+home, "BERTH_CONFIG="+cfg.Path, "BERTH_NO_DAEMON=", "TERMINAL_DAEMON=true",
 		"TERMINAL_CONTAINER_PERSISTENT=false")
 	// Two keys: a one-process berth closing its environment at exit must
 	// not take the daemon's (a container of the same key) with it.
-	call := func(extra ...string) (time.Duration, error) {
+	call := func(bin string, extra ...string) (time.Duration, error) {
 		key := fmt.Sprintf("bench-exec-%d-%d", os.Getpid(), len(extra))
 		args := []string{"exec", "--task", key}
 		if backendFlag != "" {
 			args = append(args, "--backend", backendFlag)
 		}
-		cmd := exec.CommandContext(ctx, exe, append(append(args, extra...), "--", bench.TrivialCommand)...)
+		cmd := exec.CommandContext(ctx, bin, append(append(args, extra...), "--", bench.TrivialCommand)...)
 		cmd.Env = env
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
@@ -154,7 +181,7 @@ func benchExec(ctx context.Context, cfg *config.Config, backendFlag string, n in
 		err := cmd.Run()
 		d := time.Since(start)
 		if err != nil {
-			return d, fmt.Errorf("bench: berth exec %v: %w: %s", extra, err, strings.TrimSpace(errb.String()))
+			return d, fmt.Errorf("bench: %s exec %v: %w: %s", filepath.Base(bin), extra, err, strings.TrimSpace(errb.String()))
 		}
 		return d, nil
 	}
@@ -163,23 +190,42 @@ func benchExec(ctx context.Context, cfg *config.Config, backendFlag string, n in
 		stop.Env = env
 		_ = stop.Run()
 	}()
-	if _, err := call(); err != nil { // starts the daemon and the environment
-		return warm, cold, err
+	if _, err := call(exe); err != nil { // starts the daemon and the environment
+		return r, err
 	}
-	var w, c []time.Duration
-	for range n {
-		d, err := call()
-		if err != nil {
-			return warm, cold, err
+	// One series after the other: a one-process call's cleanup goes on
+	// for a moment after it exits, and would slow the call after it.
+	series := func(bin string, extra ...string) ([]time.Duration, error) {
+		var ds []time.Duration
+		for range n {
+			d, err := call(bin, extra...)
+			if err != nil {
+				return nil, err
+			}
+			ds = append(ds, d)
 		}
-		w = append(w, d)
-		d, err = call("--no-daemon")
-		if err != nil {
-			return warm, cold, err
-		}
-		c = append(c, d)
+		return ds, nil
 	}
-	return stats(w), stats(c), nil
+	var w []time.Duration
+	if r.front != "" {
+		if w, err = series(r.front); err != nil {
+			return r, err
+		}
+	}
+	e, err := series(exe)
+	if err != nil {
+		return r, err
+	}
+	c, err := series(exe, "--no-daemon")
+	if err != nil {
+		return r, err
+	}
+	r.engine, r.cold = stats(e), stats(c)
+	r.warm = r.engine
+	if r.front != "" {
+		r.warm = stats(w)
+	}
+	return r, nil
 }
 
 // stats summarises timings like the bench package does.

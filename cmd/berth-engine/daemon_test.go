@@ -240,16 +240,22 @@ func TestDaemonRefusesOtherUser(t *testing.T) {
 	// show in the peak RSS other tests measure (a child's includes the
 	// moments between fork and exec).
 	nobodyBin := filepath.Join(bin, "berth")
-	if err := copyFile(berthBin, nobodyBin, 0o755); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"berth", "berth-engine"} {
+		if err := copyFile(filepath.Join(filepath.Dir(berthBin), name), filepath.Join(bin, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	cmd := exec.Command(nobodyBin, "daemon", "status")
-	cmd.Env = append(d.env, "HOME=/")
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "refused") || !strings.Contains(string(out), "peer uid 65534") {
-		t.Fatalf("uid 65534: %v, output %q; want a refusal naming its uid", err, out)
+	// The engine's status, and the front's own warm exec path: both are
+	// refused, naming the peer.
+	for _, args := range [][]string{{"daemon", "status"}, {"exec", "--", "echo ran"}} {
+		cmd := exec.Command(nobodyBin, args...)
+		cmd.Env = append(d.env, "HOME=/")
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "refused") || !strings.Contains(string(out), "peer uid 65534") || strings.Contains(string(out), "ran") {
+			t.Fatalf("uid 65534 %v: %v, output %q; want a refusal naming its uid", args, err, out)
+		}
 	}
 	// The daemon's own user still gets in.
 	if st := d.status(t); st == nil {

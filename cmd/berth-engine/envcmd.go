@@ -10,6 +10,7 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/cli/flagset"
 )
 
 func newEnvCmd() *cobra.Command {
@@ -24,7 +25,7 @@ backends keep none.`,
   berth env rm build
   berth env prune --older-than 24h`,
 	}
-	root.PersistentFlags().StringVar(&c.configPath, "config", "", "config file (default $BERTH_CONFIG, else $BERTH_HOME/config.yaml)")
+	flagset.AddConfig(root.PersistentFlags(), &c.Flags)
 
 	admins := func(cfg *config.Config) []backend.Registration {
 		var regs []backend.Registration
