@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -203,5 +204,77 @@ func (nopConn) Close() error                { return nil }
 func TestPathTooLong(t *testing.T) {
 	if _, err := wire.PathsFor("/" + strings.Repeat("x", 120)); !errors.Is(err, wire.ErrPathTooLong) {
 		t.Fatalf("long home: %v", err)
+	}
+}
+
+// TestQuickRequests: a Quick request (the front, which has not read the
+// configuration) is handed back, with nothing run, when the caller's
+// configuration turns the daemon off or its timeout is out of range; it
+// runs otherwise, with berth exec's exit status in the reply. A request
+// of another protocol version is refused, naming both and what to do.
+func TestQuickRequests(t *testing.T) {
+	home, _ := serve(t, 0)
+	marker := t.TempDir() + "/ran"
+	touch := "touch " + marker
+	c, err := wire.Dial(context.Background(), wire.DialOptions{Home: home, NoStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	in := inputs(t, home)
+	off := in
+	off.Env = append(append([]string{}, in.Env...), "TERMINAL_DAEMON=false")
+	for name, req := range map[string]wire.Request{
+		"daemon off":  {Op: wire.OpRun, Inputs: off, Key: "q", Command: touch, Quick: true},
+		"bad timeout": {Op: wire.OpRun, Inputs: in, Key: "q", Command: touch, Quick: true, Timeout: terminal.MaxTimeout + 1},
+	} {
+		r, err := c.Run(context.Background(), req, wire.RunOptions{})
+		if err != nil || !r.Fallback || len(r.Result) != 0 {
+			t.Fatalf("%s: reply %+v, err %v; want a fallback with no result", name, r, err)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("%s: the command ran", name)
+		}
+	}
+	for _, tc := range []struct {
+		command string
+		exit    int
+		msg     string
+	}{
+		{"exit 3", 3, ""},
+		{"rm -rf /", StatusBlocked, "BLOCKED: "},
+		{"echo ok", 0, ""},
+	} {
+		r, err := c.Run(context.Background(), wire.Request{Op: wire.OpRun, Inputs: in, Key: "q", Command: tc.command, Quick: true}, wire.RunOptions{})
+		if err != nil || r.Fallback || r.Exit != tc.exit || !strings.HasPrefix(r.ExitMessage, tc.msg) || (tc.msg == "" && r.ExitMessage != "") {
+			t.Fatalf("quick %q: reply %+v, err %v; want exit %d, message %q", tc.command, r, err, tc.exit, tc.msg)
+		}
+	}
+	// Not Quick: the caller read its configuration and chose the daemon.
+	if r, err := c.Run(context.Background(), wire.Request{Op: wire.OpRun, Inputs: off, Key: "q", Command: touch}, wire.RunOptions{}); err != nil || r.Fallback || r.Exit != 0 {
+		t.Fatalf("non-quick run with daemon off: reply %+v, err %v", r, err)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("non-quick run did not run: %v", err)
+	}
+
+	// Another version (a berth from before Quick requests).
+	os.Remove(marker)
+	p, _ := wire.PathsFor(home)
+	nc, err := net.Dial("unix", p.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	wc := wire.NewConn(nc)
+	if err := wc.Send(wire.Frame{T: wire.FrameRequest, Req: &wire.Request{Version: 1, Op: wire.OpRun, Inputs: in, Key: "q", Command: touch}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := wc.Recv()
+	if err != nil || f.Reply == nil || !strings.Contains(f.Reply.Error, fmt.Sprintf("protocol %d, the caller 1", wire.ProtocolVersion)) || !strings.Contains(f.Reply.Error, "berth daemon stop") {
+		t.Fatalf("version 1 request: frame %+v, err %v; want a refusal naming both versions", f, err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the version 1 request ran")
 	}
 }

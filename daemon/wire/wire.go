@@ -26,7 +26,11 @@ import (
 
 // ProtocolVersion is the version of the frames below. A daemon refuses a
 // request of another version with an error that says to stop it.
-const ProtocolVersion = 1
+//
+// 2: Quick requests, and the exit status in the reply (a daemon of
+// version 1 would run a Quick request it should hand back, and leave the
+// front's exit status at 0).
+const ProtocolVersion = 2
 
 // The operations of a Request.
 const (
