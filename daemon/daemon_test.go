@@ -277,4 +277,12 @@ func TestQuickRequests(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the version 1 request ran")
 	}
+	// Status (and stop) are answered to any version: a berth of another
+	// build can still stop this daemon.
+	if err := wc.Send(wire.Frame{T: wire.FrameRequest, Req: &wire.Request{Version: 1, Op: wire.OpStatus}}); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := wc.Recv(); err != nil || f.Reply == nil || f.Reply.Error != "" || f.Reply.Status == nil || f.Reply.Status.PID != os.Getpid() {
+		t.Fatalf("version 1 status: frame %+v, err %v; want this daemon's status", f, err)
+	}
 }

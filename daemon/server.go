@@ -341,7 +341,9 @@ func (s *Server) serveConn(nc net.Conn) {
 		}
 		s.touch()
 		req := *f.Req
-		if req.Version != wire.ProtocolVersion {
+		// Status and stop are answered whatever the caller's version, so
+		// that `berth daemon stop` of another build can stop this one.
+		if req.Version != wire.ProtocolVersion && req.Op != wire.OpStatus && req.Op != wire.OpStop {
 			_ = c.Send(wire.Frame{T: wire.FrameResult, Reply: &wire.Reply{Error: fmt.Sprintf("this berth daemon speaks protocol %d, the caller %d: run `berth daemon stop` and try again", wire.ProtocolVersion, req.Version)}})
 			continue
 		}
