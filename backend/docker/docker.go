@@ -70,6 +70,8 @@ type Backend struct {
 	id        string // current container id
 	closed    bool
 	recreated bool
+	nonce     string // random part of this Backend's claim names
+	claim     string // this Backend's claim volume on id, "" when none (see LabelClaim)
 }
 
 // Interface checks.
@@ -144,6 +146,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		log:        logger(opts).With("backend", Name, "key", sp.Key),
 		diskOK:     true,
 		copyMin:    copyMinSize,
+		nonce:      newNonce(),
 	}
 	if info, err := cli.Info(ctx, client.InfoOptions{}); err == nil {
 		b.swapLimit = info.Info.SwapLimit
@@ -166,6 +169,9 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	}
 	id, err := b.ensure(ctx)
 	if err != nil {
+		if b.claim != "" {
+			_ = b.dropClaim(context.WithoutCancel(ctx), b.claim)
+		}
 		cli.Close()
 		return nil, err
 	}
@@ -267,7 +273,8 @@ func (b *Backend) recover(ctx context.Context, id string) (string, error) {
 
 // ensure finds the environment's container by its labels and starts it if
 // needed, or creates it. A container whose config label does not match the
-// current settings is replaced (its volumes are kept).
+// current settings is replaced (its volumes are kept). A container another
+// berth created is claimed (hold) before it is started or used.
 func (b *Backend) ensure(ctx context.Context) (string, error) {
 	sp := b.spec
 	for attempt := 0; ; attempt++ {
@@ -291,6 +298,7 @@ func (b *Backend) ensure(ctx context.Context) (string, error) {
 			}
 		}
 		if found != nil {
+			b.hold(ctx, found.ID, found.Labels[LabelOwner])
 			switch found.State {
 			case container.StateRunning:
 				return found.ID, nil
@@ -316,6 +324,9 @@ func (b *Backend) ensure(ctx context.Context) (string, error) {
 		id, err := b.create(ctx)
 		if err != nil && cerrdefs.IsConflict(err) && attempt < 3 {
 			continue // created concurrently by another berth: look again
+		}
+		if err == nil {
+			b.hold(ctx, id, currentOwner()) // its own: no claim, an old one dropped
 		}
 		return id, err
 	}
@@ -371,8 +382,9 @@ func isStorageOptRefused(err error) bool {
 }
 
 // Close releases the environment: a persistent container is stopped (its
-// volumes and filesystem are kept for the next berth), a throwaway one is
-// removed with its volumes. It is idempotent.
+// volumes and filesystem are kept for the next berth) and this berth's
+// claim on it removed, a throwaway one is removed with its volumes (claims
+// included). It is idempotent.
 func (b *Backend) Close(ctx context.Context) error {
 	b.mu.Lock()
 	if b.closed {
@@ -380,17 +392,23 @@ func (b *Backend) Close(ctx context.Context) error {
 		return nil
 	}
 	b.closed = true
-	id := b.id
+	id, claim := b.id, b.claim
 	b.mu.Unlock()
 	defer b.cli.Close()
 
 	if b.spec.Persistent {
+		// Stopped first, released second: the claim keeps other berths'
+		// sweeps off the container until it is stopped.
+		var errs []error
 		timeout := 3
 		_, err := b.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &timeout})
 		if err != nil && !cerrdefs.IsNotFound(err) {
-			return wrap(b.host, err, "stop container %s", b.spec.Name)
+			errs = append(errs, wrap(b.host, err, "stop container %s", b.spec.Name))
 		}
-		return nil
+		if claim != "" {
+			errs = append(errs, b.dropClaim(ctx, claim))
+		}
+		return errors.Join(errs...)
 	}
 	return removeEnv(ctx, b.cli, b.host, b.spec.Key)
 }
