@@ -63,6 +63,8 @@ func TestConformance(t *testing.T) {
 				{"ConcurrentFirstCallsOneContainer", testConcurrentFirstCallsOneContainer},
 				{"EnvironmentRecreatedInResult", testEnvironmentRecreatedInResult},
 				{"CrashedOwnersContainersCleaned", testCrashedOwnersContainersCleaned},
+				{"ReattachedByLiveBerthSurvivesSweep", testReattachedByLiveBerthSurvivesSweep},
+				{"DeadClaimantsContainerStopped", testDeadClaimantsContainerStopped},
 			} {
 				t.Run(c.name, c.fn)
 			}
