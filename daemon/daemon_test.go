@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -151,7 +152,7 @@ func TestRunStreamsAndIdleExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.String() != "one\ntwo\n" || r.Tail != "" || r.Cwd != "/tmp" {
+	if out.String() != "one\ntwo" || r.Tail != "" || r.Cwd != "/tmp" { // the last newline is trailing whitespace
 		t.Fatalf("streamed %q, tail %q, cwd %q", out.String(), r.Tail, r.Cwd)
 	}
 	r, err = c.Run(context.Background(), wire.Request{Op: wire.OpRun, Inputs: in, Key: "k", Command: "echo $A"}, wire.RunOptions{})
@@ -176,30 +177,77 @@ func TestRunStreamsAndIdleExit(t *testing.T) {
 	}
 }
 
+// TestTapTail: what berth exec prints through the daemon (the streamed
+// chunks, the tail, a final newline if missing) is what the one-process
+// berth exec prints, the result's output and a newline, whatever the
+// command's trailing whitespace, and the stream holds back only that
+// whitespace.
 func TestTapTail(t *testing.T) {
-	for _, c := range []struct{ sent, out, want string }{
-		{"hello\n", "hello", ""},
-		{"abc", "abc", ""},
-		{"x\n", "x\n[Command timed out after 2s]", "[Command timed out after 2s]"},
-		{"x", "x\n[Command interrupted]", "\n[Command interrupted]"},
-		{"", "[Command interrupted]", "[Command interrupted]"},
-		{"a\n\n\n", "a", ""},
+	for _, c := range []struct {
+		writes   []string
+		out      string
+		streamed string
+	}{
+		{[]string{"hello\n"}, "hello", "hello"},
+		{[]string{"abc"}, "abc", "abc"},
+		{[]string{"x\n"}, "x\n[Command timed out after 2s]", "x"},
+		{[]string{"x"}, "x\n[Command interrupted]", "x"},
+		{nil, "[Command interrupted]", ""},
+		{[]string{"a\n\n\n"}, "a", "a"},
+		{[]string{"one\n", "\n", "two\n\n", " \t\n"}, "one\n\ntwo", "one\n\ntwo"},
+		{[]string{"50%\r", "60%\r", "done\n"}, "50%\r60%\rdone", "50%\r60%\rdone"},
+		{[]string{"a  ", "b\n"}, "a  b", "a  b"},
 	} {
-		tw := &tapWriter{c: wire.NewConn(nopConn{})}
-		if c.sent != "" {
-			tw.Write([]byte(c.sent))
+		rc := &recordConn{}
+		tw := &tapWriter{c: wire.NewConn(rc)}
+		for _, w := range c.writes {
+			tw.Write([]byte(w))
 		}
-		if got := tw.finish(c.out); got != c.want {
-			t.Errorf("sent %q out %q: tail %q, want %q", c.sent, c.out, got, c.want)
+		tail := tw.finish(c.out)
+		streamed := rc.streamed(t)
+		if streamed != c.streamed {
+			t.Errorf("writes %q: streamed %q, want %q", c.writes, streamed, c.streamed)
 		}
+		printed := streamed + tail
+		if printed != "" && !strings.HasSuffix(printed, "\n") {
+			printed += "\n"
+		}
+		if printed != c.out+"\n" {
+			t.Errorf("writes %q, output %q: printed %q, want %q", c.writes, c.out, printed, c.out+"\n")
+		}
+	}
+	// Whitespace past the bound is sent rather than held.
+	rc := &recordConn{}
+	tw := &tapWriter{c: wire.NewConn(rc)}
+	tw.Write([]byte("x"))
+	tw.Write(bytes.Repeat([]byte("\n"), maxHeld+1))
+	if got := rc.streamed(t); got != "x"+strings.Repeat("\n", maxHeld+1) {
+		t.Errorf("after %d newlines, streamed %d bytes", maxHeld+1, len(got))
 	}
 }
 
-type nopConn struct{}
+// recordConn keeps what the daemon sends.
+type recordConn struct{ bytes.Buffer }
 
-func (nopConn) Read([]byte) (int, error)    { return 0, errors.New("closed") }
-func (nopConn) Write(p []byte) (int, error) { return len(p), nil }
-func (nopConn) Close() error                { return nil }
+func (*recordConn) Read([]byte) (int, error) { return 0, errors.New("closed") }
+func (*recordConn) Close() error             { return nil }
+
+// streamed returns the data of the out frames sent.
+func (r *recordConn) streamed(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimSpace(r.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var f wire.Frame
+		if err := json.Unmarshal([]byte(line), &f); err != nil {
+			t.Fatalf("frame %q: %v", line, err)
+		}
+		b.Write(f.Data)
+	}
+	return b.String()
+}
 
 func TestPathTooLong(t *testing.T) {
 	if _, err := wire.PathsFor("/" + strings.Repeat("x", 120)); !errors.Is(err, wire.ErrPathTooLong) {

@@ -837,7 +837,8 @@ type tapWriter struct {
 
 	mu       sync.Mutex
 	sent     strings.Builder
-	last     byte // the last byte sent
+	last     byte   // the last byte sent
+	held     []byte // trailing whitespace not sent yet
 	overflow bool
 	dead     bool
 	closed   bool
@@ -846,25 +847,51 @@ type tapWriter struct {
 // keepSent bounds the copy of the streamed text kept for the tail.
 const keepSent = 4 << 20
 
+// maxHeld bounds the trailing whitespace held back; more is sent.
+const maxHeld = 64 << 10
+
+// trailingSpace is what the result's output loses at its end.
+const trailingSpace = " \t\r\n\v\f"
+
+// Write streams p, holding back its trailing whitespace until more text
+// follows: the result's output ends trimmed, and so does the stream (a
+// command's trailing blank lines are not printed, with or without the
+// daemon).
 func (t *tapWriter) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed || t.dead || len(p) == 0 {
 		return len(p), nil
 	}
+	body := len(bytes.TrimRight(p, trailingSpace))
+	if body == 0 && len(t.held)+len(p) <= maxHeld {
+		t.held = append(t.held, p...)
+		return len(p), nil
+	}
+	data := make([]byte, 0, len(t.held)+body)
+	data = append(append(data, t.held...), p[:body]...)
+	t.held = append(t.held[:0], p[body:]...)
+	if body == 0 {
+		data, t.held = append(data, t.held...), t.held[:0]
+	}
+	t.send(data)
+	return len(p), nil
+}
+
+// send sends data as an out frame and keeps what was sent.
+func (t *tapWriter) send(data []byte) {
 	if !t.overflow {
-		if t.sent.Len()+len(p) > keepSent {
+		if t.sent.Len()+len(data) > keepSent {
 			t.overflow = true
 			t.sent.Reset()
 		} else {
-			t.sent.Write(p)
+			t.sent.Write(data)
 		}
 	}
-	t.last = p[len(p)-1]
-	if err := t.c.Send(wire.Frame{T: wire.FrameOut, Data: p}); err != nil {
+	t.last = data[len(data)-1]
+	if err := t.c.Send(wire.Frame{T: wire.FrameOut, Data: data}); err != nil {
 		t.dead = true
 	}
-	return len(p), nil
 }
 
 // markerRE finds the marker the terminal layer appends to Output.
@@ -880,7 +907,7 @@ func (t *tapWriter) finish(out string) string {
 	defer t.mu.Unlock()
 	t.closed = true
 	rest := markerRE.FindString(out)
-	if trimmed := strings.TrimRight(t.sent.String(), " \t\r\n\v\f"); !t.overflow && strings.HasPrefix(out, trimmed) {
+	if trimmed := strings.TrimRight(t.sent.String(), trailingSpace); !t.overflow && strings.HasPrefix(out, trimmed) {
 		rest = out[len(trimmed):]
 	}
 	if t.last == '\n' || t.last == 0 {

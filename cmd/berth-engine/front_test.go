@@ -63,6 +63,12 @@ func TestFrontAnswersWarmExecAlone(t *testing.T) {
 	if ecode != 7 || eout != out {
 		t.Fatalf("engine --no-daemon --json: exit %d, %q; the front printed %q", ecode, eout, out)
 	}
+	// Trailing blank lines are trimmed as in one process.
+	line := `printf 'a\n\n'; printf ' \n\n'`
+	out, errs, code = d.runAlone(t, front, "exec", "--task", "t", "--", line)
+	if eout, _, _ := d.run(t, "", "exec", "--no-daemon", "--", line); code != 0 || out != "a\n" || eout != out {
+		t.Fatalf("trailing blank lines: front printed %q (exit %d, stderr %q), one process %q; want \"a\\n\" from both", out, code, errs, eout)
+	}
 	_, errs, code = d.runAlone(t, front, "exec", "--task", "t", "--", "rm -rf /")
 	if code != blockedStatus || !strings.Contains(errs, "BLOCKED: ") {
 		t.Fatalf("front exec of the floor: exit %d, stderr %q; want %d and BLOCKED", code, errs, blockedStatus)
