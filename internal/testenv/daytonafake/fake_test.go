@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"strings"
@@ -132,6 +133,41 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+// checkReplaceLabels replaces the labels of sandbox id (created with
+// app=berth, key=life, named life-1) and checks that the new set replaced
+// the old one (not merged into it) for get and list by label, that an
+// unknown sandbox is 404 and a wrong key 401, leaving the labels alone.
+func checkReplaceLabels(t *testing.T, s *Server, id string) {
+	t.Helper()
+	ctx := ctxT(t)
+	api := s.APIClient(s.APIKey())
+	want := map[string]string{"key": "life", "owner": "second"}
+	got, _, err := api.SandboxAPI.ReplaceLabels(ctx, "life-1").SandboxLabels(*apiclient.NewSandboxLabels(want)).Execute()
+	if err != nil || !maps.Equal(got.Labels, want) {
+		t.Fatalf("replace labels by name: %v (%s), answered %+v, want %v", err, body(err), got, want)
+	}
+	if sb, _, err := api.SandboxAPI.GetSandbox(ctx, id).Execute(); err != nil || !maps.Equal(sb.Labels, want) {
+		t.Fatalf("labels after replace: %v %v, want %v", err, sb.Labels, want)
+	}
+	list, _, err := api.SandboxAPI.ListSandboxes(ctx).Labels(`{"owner":"second"}`).Execute()
+	if err != nil || len(list.Items) != 1 || list.Items[0].Id != id || !maps.Equal(list.Items[0].Labels, want) {
+		t.Fatalf("list by a new label: %v %+v", err, list)
+	}
+	if list, _, err := api.SandboxAPI.ListSandboxes(ctx).Labels(`{"app":"berth"}`).Execute(); err != nil || len(list.Items) != 0 {
+		t.Fatalf("list by a replaced label found %+v, %v; want none", list, err)
+	}
+	if _, resp, err := api.SandboxAPI.ReplaceLabels(ctx, "no-such-sandbox").SandboxLabels(*apiclient.NewSandboxLabels(want)).Execute(); err == nil || resp == nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("replace labels of an unknown sandbox: %v %v, want 404", err, resp)
+	}
+	other := map[string]string{"key": "stolen"}
+	if _, resp, err := s.APIClient("wrong").SandboxAPI.ReplaceLabels(ctx, id).SandboxLabels(*apiclient.NewSandboxLabels(other)).Execute(); err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("replace labels with a wrong key: %v %v, want 401", err, resp)
+	}
+	if info, _ := s.Sandbox(id); !maps.Equal(info.Labels, want) {
+		t.Fatalf("labels after refused calls: %v, want %v", info.Labels, want)
+	}
+}
+
 func TestLifecycle(t *testing.T) {
 	s := Start(t)
 	ctx := ctxT(t)
@@ -168,6 +204,7 @@ func TestLifecycle(t *testing.T) {
 	if list, _, _ := api.SandboxAPI.ListSandboxes(ctx).Labels(`{"key":"other"}`).Execute(); len(list.Items) != 0 {
 		t.Fatalf("list by another label found %d", len(list.Items))
 	}
+	checkReplaceLabels(t, s, sb.Id)
 
 	tb := s.ToolboxClient(sb.Id, s.APIKey())
 	res, _, err := execute(t, tb, `sh -c "echo $FROM_DEFINITION > /root/kept; cat /root/kept"`)

@@ -40,6 +40,9 @@
 //     client the moment its queue is full; the fake waits 2 s for room
 //     first, since its own writer runs in the test process beside the
 //     client (see ptySession.broadcast).
+//   - PUT /sandbox/{idOrName}/labels replaces a sandbox's labels with the
+//     set given (nothing of the old set is kept) in any state, and answers
+//     the new set; listing by label sees the change at once.
 //   - Every call needs "Authorization: Bearer <key>" with the server's API
 //     key, or its JWT token plus the X-Daytona-Organization-ID header; a
 //     wrong key gets 401. Unknown ids and names get 404.
