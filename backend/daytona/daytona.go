@@ -11,12 +11,19 @@
 // gorilla/websocket, the library Daytona's daemon and SDK use for it.
 //
 // One sandbox per environment key, named berth-<key> and labelled with the
-// key and its owner (the berth process that created it), built from
-// daytona_image (the backend's one key of its own), with container_cpu cores, container_memory and
-// container_disk rounded up to whole GiB (the disk capped at Daytona's 10
-// GiB, with a warning), auto-stop off while berth holds it, and no network
-// when docker_network is false. Processes start in /root, or in the
-// configured cwd when that is a path inside the sandbox.
+// key and its owner (the berth process that created it, or last reattached
+// it), built from daytona_image (the backend's one key of its own), with
+// container_cpu cores, container_memory and container_disk rounded up to
+// whole GiB (the disk capped at Daytona's 10 GiB, with a warning), auto-stop
+// off while berth holds it, and no network when docker_network is false.
+// Processes start in /root, or in the configured cwd when that is a path
+// inside the sandbox.
+//
+// Owners: a berth that starts sweeps what crashed berths left running
+// (their owner process is gone): throwaway sandboxes are deleted,
+// persistent ones stopped. A berth that reattaches a sandbox another
+// process made relabels it with its own mark before starting or using it,
+// so the sweep judges the process that uses it, not its long-gone creator.
 //
 // Every process — the session's persistent shell, the kill script, a
 // background job — runs on its own PTY session of the toolbox, streamed

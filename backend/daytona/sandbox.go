@@ -95,11 +95,12 @@ func (b *Backend) waitState(ctx context.Context, id string, want ...apiclient.Sa
 // ensure finds the environment's sandbox by name and brings it to started:
 // a stopped or archived one is started (its filesystem kept), one still
 // settling is waited for, a failed or vanished one is replaced by a new
-// sandbox. created reports that the sandbox is new, i.e. any earlier
+// sandbox. An existing sandbox is claimed (see claim) before it is started
+// or used. created reports that the sandbox is new, i.e. any earlier
 // filesystem is lost.
 func (b *Backend) ensure(ctx context.Context) (sb *apiclient.Sandbox, created bool, err error) {
 	sp := b.spec
-	replaced := false
+	replaced, claimed := false, false
 	for attempt := 0; attempt < 5; attempt++ {
 		sb, err = b.get(ctx, sp.Name)
 		switch {
@@ -124,6 +125,10 @@ func (b *Backend) ensure(ctx context.Context) (sb *apiclient.Sandbox, created bo
 			return nil, false, fmt.Errorf("daytona: a sandbox named %s exists that berth did not create for key %q; remove it or use another key", sp.Name, sp.Key)
 		}
 		st := sb.GetState()
+		if !claimed && !failed[st] && !going[st] {
+			b.claim(ctx, sb)
+			claimed = true
+		}
 		switch {
 		case st == apiclient.SANDBOXSTATE_STARTED:
 			if sb.Labels[LabelConfig] != sp.hash {
@@ -160,6 +165,34 @@ func (b *Backend) ensure(ctx context.Context) (sb *apiclient.Sandbox, created bo
 		}
 	}
 	return nil, false, fmt.Errorf("daytona: sandbox %s did not reach a usable state", sp.Name)
+}
+
+// claim marks an existing sandbox as held by this berth process: when its
+// LabelOwner names another process (the berth that created it, or the last
+// one that reattached it, most likely gone), its labels are replaced by the
+// same labels with LabelOwner set to this process's mark. Another berth's
+// sweep of dead owners (reapOnce) then judges this process, which uses the
+// sandbox, and not one long gone that left it stopped. A failure is logged
+// and berth carries on with the sandbox, as it did before sandboxes were
+// claimed.
+func (b *Backend) claim(ctx context.Context, sb *apiclient.Sandbox) {
+	me := currentOwner()
+	if sb.Labels[LabelOwner] == me {
+		return
+	}
+	labels := make(map[string]string, len(sb.Labels)+1)
+	for k, v := range sb.Labels {
+		labels[k] = v
+	}
+	labels[LabelOwner] = me
+	res, resp, err := b.api.SandboxAPI.ReplaceLabels(ctx, sb.Id).SandboxLabels(*apiclient.NewSandboxLabels(labels)).Execute()
+	if err != nil {
+		b.log.Warn("daytona: marking the reattached sandbox as this berth's failed; another berth starting now may take it for a crashed berth's and stop it",
+			"sandbox", sb.Name, "previous_owner", sb.Labels[LabelOwner], "err", b.creds.apiErr(err, resp, "replace the labels of sandbox %s", sb.Name))
+		return
+	}
+	b.log.Debug("daytona: reattached sandbox marked as this berth's", "sandbox", sb.Name, "previous_owner", sb.Labels[LabelOwner])
+	sb.Labels = res.Labels
 }
 
 // create asks for the environment's sandbox.

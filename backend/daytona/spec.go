@@ -38,7 +38,7 @@ var configKeys = []config.Key{
 const (
 	LabelBerth      = "berth"            // always "1"
 	LabelKey        = "berth.key"        // the environment key
-	LabelOwner      = "berth.owner"      // "<boot id>/<pid>/<start time>" of the berth that created it
+	LabelOwner      = "berth.owner"      // "<boot id>/<pid>/<start time>" of the berth that created it or last reattached it
 	LabelPersistent = "berth.persistent" // "1" when container_persistent was on
 	LabelConfig     = "berth.config"     // hash of the settings that shape the sandbox
 	LabelImage      = "berth.image"      // daytona_image, for berth env ls
