@@ -2,39 +2,33 @@ package cli
 
 import "strings"
 
-// ExecFlags names the long flags of `berth exec` that ParseExec knows, with
-// their kinds ("string", "int" or "bool"): those of flagset.AddRun and
-// flagset.AddNoDaemon. Its test holds the two together.
-var ExecFlags = map[string]string{
-	"config": "string", "backend": "string", "task": "string", "workdir": "string",
-	"timeout": "int", "json": "bool", "no-daemon": "bool",
+// execFlag is a long flag of `berth exec` that ParseExec knows: its kind
+// as pflag names it ("string", "int" or "bool") and how it is stored.
+type execFlag struct {
+	kind string
+	set  func(f *Flags, value string) bool
 }
 
-// set stores value into the flag name of f.
-func (f *Flags) set(name, value string) bool {
-	switch name {
-	case "config":
-		f.ConfigPath = value
-	case "backend":
-		f.Backend = value
-	case "task":
-		f.Task = value
-	case "workdir":
-		f.Workdir = value
-	case "timeout":
-		n, ok := plainInt(value)
-		if !ok {
-			return false
-		}
-		f.Timeout = n
-	case "json":
-		f.JSON = true
-	case "no-daemon":
-		f.NoDaemon = true
-	default:
-		return false
+// execFlags are the flags of flagset.AddRun and flagset.AddNoDaemon; the
+// test of package flagset holds the two together.
+var execFlags = map[string]execFlag{
+	"config":    {"string", func(f *Flags, v string) bool { f.ConfigPath = v; return true }},
+	"backend":   {"string", func(f *Flags, v string) bool { f.Backend = v; return true }},
+	"task":      {"string", func(f *Flags, v string) bool { f.Task = v; return true }},
+	"workdir":   {"string", func(f *Flags, v string) bool { f.Workdir = v; return true }},
+	"timeout":   {"int", func(f *Flags, v string) (ok bool) { f.Timeout, ok = plainInt(v); return ok }},
+	"json":      {"bool", func(f *Flags, _ string) bool { f.JSON = true; return true }},
+	"no-daemon": {"bool", func(f *Flags, _ string) bool { f.NoDaemon = true; return true }},
+}
+
+// ExecFlagKinds returns the long flags ParseExec knows, each with its
+// pflag kind.
+func ExecFlagKinds() map[string]string {
+	kinds := make(map[string]string, len(execFlags))
+	for name, fl := range execFlags {
+		kinds[name] = fl.kind
 	}
-	return true
+	return kinds
 }
 
 // ParseExec parses the arguments of `berth exec` (after "exec") as the
@@ -53,11 +47,11 @@ func ParseExec(args []string) (f Flags, command []string, ok bool) {
 			return f, append(command, args[i+1:]...), true
 		case strings.HasPrefix(a, "--"):
 			name, value, hasValue := strings.Cut(a[2:], "=")
-			kind, known := ExecFlags[name]
+			fl, known := execFlags[name]
 			if !known {
 				return f, nil, false
 			}
-			if kind == "bool" {
+			if fl.kind == "bool" {
 				if hasValue {
 					return f, nil, false
 				}
@@ -68,7 +62,7 @@ func ParseExec(args []string) (f Flags, command []string, ok bool) {
 				i++
 				value = args[i]
 			}
-			if !f.set(name, value) {
+			if !fl.set(&f, value) {
 				return f, nil, false
 			}
 		case strings.HasPrefix(a, "-"):

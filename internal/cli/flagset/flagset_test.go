@@ -22,7 +22,7 @@ func execSet(f *cli.Flags) *pflag.FlagSet {
 	return fs
 }
 
-// TestParseExecKnowsEveryExecFlag holds cli.ExecFlags (what the front
+// TestParseExecKnowsEveryExecFlag holds cli.ExecFlagKinds (what the front
 // parses) to the flags the engine defines.
 func TestParseExecKnowsEveryExecFlag(t *testing.T) {
 	var f cli.Flags
@@ -31,8 +31,8 @@ func TestParseExecKnowsEveryExecFlag(t *testing.T) {
 	AddNoDaemon(fs, &f)
 	got := map[string]string{}
 	fs.VisitAll(func(fl *pflag.Flag) { got[fl.Name] = fl.Value.Type() })
-	if diff := cmp.Diff(cli.ExecFlags, got); diff != "" {
-		t.Fatalf("cli.ExecFlags differs from the engine's exec flags (-front +engine):\n%s", diff)
+	if diff := cmp.Diff(cli.ExecFlagKinds(), got); diff != "" {
+		t.Fatalf("cli.ExecFlagKinds differs from the engine's exec flags (-front +engine):\n%s", diff)
 	}
 }
 
