@@ -10,8 +10,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/a55dbaac/berth/internal/berthhome"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/a55dbaac/berth/internal/berthhome"
 )
 
 // LoadOptions are the inputs of Load besides the config file itself.
@@ -81,11 +82,6 @@ func HomeDir(getenv func(string) string) (string, error) {
 	return berthhome.Dir(getenv)
 }
 
-// expandHome replaces a leading "~" or "~/" with the user's home directory.
-func expandHome(p string, getenv func(string) string) (string, error) {
-	return berthhome.Expand(p, getenv)
-}
-
 // ResolvePath returns the config file to use: configFlag (the --config
 // value) if not empty, else $BERTH_CONFIG, else $BERTH_HOME/config.yaml
 // (BERTH_HOME defaults to ~/.berth). explicit is true for the first two,
@@ -99,7 +95,7 @@ func ResolvePath(configFlag string, getenv func(string) string) (path string, ex
 		if c.val == "" {
 			continue
 		}
-		p, err := expandHome(c.val, getenv)
+		p, err := berthhome.Expand(c.val, getenv)
 		if err != nil {
 			return "", true, fmt.Errorf("%s %q: %w", c.from, c.val, err)
 		}
