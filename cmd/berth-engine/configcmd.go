@@ -10,10 +10,11 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/cli/flagset"
 )
 
 func newConfigCmd() *cobra.Command {
-	var configPath string
+	var c common
 	root := &cobra.Command{
 		Use:   "config",
 		Short: "Show or change settings in the config file",
@@ -30,7 +31,7 @@ take JSON.`,
   berth config set command_allowlist '["git push --force*"]'
   berth config set approvals.mode off`,
 	}
-	root.PersistentFlags().StringVar(&configPath, "config", "", "config file (default $BERTH_CONFIG, else $BERTH_HOME/config.yaml)")
+	flagset.AddConfig(root.PersistentFlags(), &c.Flags)
 
 	root.AddCommand(&cobra.Command{
 		Use:     "path",
@@ -38,7 +39,7 @@ take JSON.`,
 		Example: "  berth config path",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, _, err := config.ResolvePath(configPath, os.Getenv)
+			p, _, err := config.ResolvePath(c.ConfigPath, os.Getenv)
 			if err != nil {
 				return err
 			}
@@ -53,7 +54,7 @@ take JSON.`,
   TERMINAL_ENV=docker berth config get backend`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := config.Load(config.LoadOptions{ConfigPath: configPath})
+			cfg, err := config.Load(config.LoadOptions{ConfigPath: c.ConfigPath})
 			if err != nil {
 				return err
 			}
@@ -72,7 +73,7 @@ take JSON.`,
   berth config set terminal.docker_env '{"DEBUG":"1"}'`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, _, err := config.ResolvePath(configPath, os.Getenv)
+			p, _, err := config.ResolvePath(c.ConfigPath, os.Getenv)
 			if err != nil {
 				return err
 			}

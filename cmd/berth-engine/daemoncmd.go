@@ -18,12 +18,13 @@ import (
 	"github.com/a55dbaac/berth/daemon"
 	"github.com/a55dbaac/berth/daemon/wire"
 	"github.com/a55dbaac/berth/internal/cli"
+	"github.com/a55dbaac/berth/internal/cli/flagset"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/terminal"
 )
 
 func newDaemonCmd() *cobra.Command {
-	var configPath string
+	var c common
 	root := &cobra.Command{
 		Use:   "daemon",
 		Short: "Show or stop the background berth that keeps environments warm",
@@ -43,7 +44,7 @@ one process instead.`,
   berth daemon status --json
   berth daemon stop`,
 	}
-	root.PersistentFlags().StringVar(&configPath, "config", "", "config file (default $BERTH_CONFIG, else $BERTH_HOME/config.yaml)")
+	flagset.AddConfig(root.PersistentFlags(), &c.Flags)
 
 	var asJSON bool
 	status := &cobra.Command{
@@ -132,7 +133,7 @@ one process instead.`,
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := config.Load(config.LoadOptions{ConfigPath: configPath})
+			cfg, err := config.Load(config.LoadOptions{ConfigPath: c.ConfigPath})
 			if err != nil {
 				return err
 			}

@@ -38,9 +38,9 @@ Calls run through a background berth that keeps each task's environment
 warm (see "berth daemon"): cd and exported variables carry over to the next
 call with the same --task, the output streams as it comes (a line's end is
 printed when more output follows, so that trailing blank lines are trimmed
-as in one process), and Ctrl-C interrupts the command only. The environment starts where the call that created it runs; a call
-whose settings differ (backend, image, ...) gets a new environment, with a
-note on stderr. --no-daemon runs in this process, as one call.`,
+as in one process), and Ctrl-C interrupts the command only. The environment
+starts where the call that created it runs; a call whose settings differ
+(backend, image, ...) gets a new environment, with a note on stderr. --no-daemon runs in this process, as one call.`,
 		Example: `  berth exec -- uname -a
   berth exec --timeout 2 -- 'sleep 100 & sleep 100'
   berth exec --backend docker --task build -- 'cd /workspace && make'

@@ -15,14 +15,13 @@ import (
 	"os"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/daemon"
 	"github.com/a55dbaac/berth/internal/cli"
 	"github.com/a55dbaac/berth/internal/cli/flagset"
-
-	"github.com/spf13/cobra"
-
-	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/terminal"
 
