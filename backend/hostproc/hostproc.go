@@ -136,7 +136,20 @@ func start(cmd *exec.Cmd, name string, tty bool) (backend.Process, error) {
 		return nil, fmt.Errorf("hostproc: start %s: %w", name, err)
 	}
 	pw.Close()
-	return &proc{cmd: cmd, stdin: stdin, stdout: pr, out: boundedOutput{f: pr}}, nil
+	return &proc{cmd: cmd, stdin: stdinPipe{stdin}, stdout: pr, out: boundedOutput{f: pr}}, nil
+}
+
+// stdinPipe is a process's stdin pipe. os/exec closes it once the process
+// is waited for, so a caller's own Close races Wait whenever the process
+// exits by itself (`true` with no stdin to read): that Close finding the
+// pipe already closed is not an error.
+type stdinPipe struct{ io.WriteCloser }
+
+func (s stdinPipe) Close() error {
+	if err := s.WriteCloser.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+		return err
+	}
+	return nil
 }
 
 // proc is a process started by Start.

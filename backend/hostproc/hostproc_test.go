@@ -26,6 +26,27 @@ func output(t *testing.T, cmd *exec.Cmd) string {
 	return string(b)
 }
 
+// TestStdinCloseAfterWait: Wait closes the stdin pipe (os/exec does), and
+// the caller's Close after it is no error: backend.Output closes stdin
+// while Wait runs, and reported "file already closed" for a `true` that
+// exited first.
+func TestStdinCloseAfterWait(t *testing.T) {
+	p, err := Start(exec.Command("true"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if code, err := p.Wait(); err != nil || code != 0 {
+		t.Fatalf("wait: %d, %v", code, err)
+	}
+	if err := p.Stdin().Close(); err != nil {
+		t.Fatalf("stdin Close after Wait: %v", err)
+	}
+	if _, err := p.Stdin().Write([]byte("x")); err == nil {
+		t.Fatal("a write after Wait closed stdin succeeded")
+	}
+}
+
 // TestChildGetsOnlyItsStdio is L19: a descriptor berth holds without
 // close-on-exec (as one inherited from its parent would be) does not reach
 // the processes it starts.
