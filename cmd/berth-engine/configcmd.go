@@ -10,7 +10,7 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
-	"github.com/a55dbaac/berth/internal/cli/flagset"
+	"github.com/a55dbaac/berth/cmd/internal/cli/flagset"
 )
 
 func newConfigCmd() *cobra.Command {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/daemon"
-	"github.com/a55dbaac/berth/internal/cli"
-	"github.com/a55dbaac/berth/internal/cli/flagset"
+	"github.com/a55dbaac/berth/cmd/internal/cli"
+	"github.com/a55dbaac/berth/cmd/internal/cli/flagset"
 	"github.com/a55dbaac/berth/terminal"
 )
 

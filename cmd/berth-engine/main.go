@@ -20,8 +20,8 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/daemon"
-	"github.com/a55dbaac/berth/internal/cli"
-	"github.com/a55dbaac/berth/internal/cli/flagset"
+	"github.com/a55dbaac/berth/cmd/internal/cli"
+	"github.com/a55dbaac/berth/cmd/internal/cli/flagset"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/terminal"
 

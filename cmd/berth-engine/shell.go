@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a55dbaac/berth/approval"
-	"github.com/a55dbaac/berth/internal/cli"
+	"github.com/a55dbaac/berth/cmd/internal/cli"
 )
 
 func newShellCmd() *cobra.Command {

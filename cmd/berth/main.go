@@ -27,7 +27,7 @@ import (
 
 	"github.com/a55dbaac/berth/daemon/wire"
 	"github.com/a55dbaac/berth/internal/berthhome"
-	"github.com/a55dbaac/berth/internal/cli"
+	"github.com/a55dbaac/berth/cmd/internal/cli"
 )
 
 // engineName is the full binary's file name, looked for next to this one,

@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
 
-	"github.com/a55dbaac/berth/internal/cli"
+	"github.com/a55dbaac/berth/cmd/internal/cli"
 )
 
 // execSet is the flag set of the engine's berth exec: the run flags,

@@ -7,7 +7,7 @@ package flagset
 import (
 	"github.com/spf13/pflag"
 
-	"github.com/a55dbaac/berth/internal/cli"
+	"github.com/a55dbaac/berth/cmd/internal/cli"
 )
 
 // AddConfig adds --config.
