@@ -44,10 +44,11 @@ func ParseMode(s string) (Mode, error) {
 type Context struct {
 	// Backend is the backend's name (local, ssh, docker, ...), for messages.
 	Backend string
-	// Sandboxed is true when the backend cannot damage the host: docker
-	// without host mounts, singularity, modal, daytona (see IsSandboxed).
-	// Then the floor does not apply and nothing is asked; approvals.deny
-	// still holds. Local and ssh are never sandboxed.
+	// Sandboxed is true when the environment cannot damage any machine
+	// that matters: the backend reports that its commands run in an image
+	// of their own with nothing of the host mounted (backend.IsolationImage:
+	// a container or sandbox without host binds). Then the floor does not
+	// apply and nothing is asked; approvals.deny still holds.
 	Sandboxed bool
 	// Cwd is the shell's working directory (absolute, or ~), for relative
 	// paths; "" if unknown.
@@ -60,20 +61,6 @@ type Context struct {
 	// the host's file system (the local backend).
 	BerthHome  string
 	ConfigPath string
-}
-
-// IsSandboxed reports whether a backend keeps commands away from the host:
-// docker without host mounts (hostMounts: docker_volumes or
-// docker_mount_cwd_to_workspace), singularity/apptainer, modal, daytona.
-// local, ssh and any unknown backend are not sandboxed.
-func IsSandboxed(backend string, hostMounts bool) bool {
-	switch backend {
-	case "docker":
-		return !hostMounts
-	case "singularity", "apptainer", "modal", "daytona":
-		return true
-	}
-	return false
 }
 
 // Policy is the user's approval configuration: the mode and the deny and

@@ -73,21 +73,6 @@ func TestSandboxSkipsAskingAndFloorButNotDeny(t *testing.T) {
 	}
 }
 
-func TestIsSandboxed(t *testing.T) {
-	for _, tc := range []struct {
-		backend string
-		mounts  bool
-		want    bool
-	}{
-		{"local", false, false}, {"ssh", false, false}, {"docker", false, true}, {"docker", true, false},
-		{"singularity", false, true}, {"modal", false, true}, {"daytona", false, true}, {"unknown", false, false},
-	} {
-		if got := IsSandboxed(tc.backend, tc.mounts); got != tc.want {
-			t.Errorf("IsSandboxed(%q, %v) = %v", tc.backend, tc.mounts, got)
-		}
-	}
-}
-
 func TestDenyNeverBypassedByAllowlistOrMode(t *testing.T) {
 	deny := []string{"rule:git-push-force", "terraform destroy*", "* > /etc/hosts"}
 	for _, mode := range []string{"manual", "off"} {

@@ -29,6 +29,9 @@
 //     over.
 //   - [NativeFS]: the environment is this machine's filesystem as the same
 //     user; the file tools then use the os package directly.
+//   - [Isolator]: how far the environment keeps commands from the machine
+//     they could damage ([Isolation]); the approval gate reads it, never a
+//     backend's name. A backend that does not report is [IsolationNone].
 //   - [OneShotRunner]: how the reference system runs one command on this
 //     backend when that is not one Start per command (a provider's one-shot
 //     exec API after a state check); berth bench times it as the baseline.
@@ -147,6 +150,56 @@ type SessionEnver interface {
 // through the shell.
 type NativeFS interface {
 	NativeFS() bool
+}
+
+// Isolation says how far an environment keeps its commands from a machine
+// they could damage, as Nomad's drivers declare Capabilities.FSIsolation.
+// The approval gate decides from it which rules protect anything: the
+// hardline floor, for one, guards a real machine and has nothing to guard
+// in a throwaway image.
+type Isolation int
+
+const (
+	// IsolationNone: commands act on a real machine's files and processes
+	// (this host, an ssh host, a container with host directories mounted).
+	// It is the zero value, so a backend that does not report is treated
+	// as the least isolated.
+	IsolationNone Isolation = iota
+	// IsolationWorkspace: commands run on this machine, but the kernel lets
+	// them write only under the environment's workspace and signal only
+	// its own processes; what they read is the host's.
+	IsolationWorkspace
+	// IsolationImage: commands run in a filesystem and process space of
+	// their own, with nothing of the host mounted (a container or sandbox
+	// without host mounts).
+	IsolationImage
+)
+
+// String returns "none", "workspace" or "image".
+func (i Isolation) String() string {
+	switch i {
+	case IsolationWorkspace:
+		return "workspace"
+	case IsolationImage:
+		return "image"
+	}
+	return "none"
+}
+
+// Isolator is implemented by backends that keep their commands away from
+// the host in some measure. Isolation is reported by the instance, from
+// its own settings (a docker container with host binds reports
+// IsolationNone, one without reports IsolationImage).
+type Isolator interface {
+	Isolation() Isolation
+}
+
+// IsolationOf returns b's isolation: what it reports, else IsolationNone.
+func IsolationOf(b Backend) Isolation {
+	if i, ok := b.(Isolator); ok {
+		return i.Isolation()
+	}
+	return IsolationNone
 }
 
 // FileWriter is implemented by backends with a file API for moving file

@@ -59,6 +59,11 @@ type Registration struct {
 	// every backend shares (container_cpu, ...) are fields of
 	// config.Terminal and need no declaration.
 	Keys []config.Key
+	// HostFS says the backend's environments live in this machine's
+	// filesystem, so a relative terminal.cwd means the caller's working
+	// directory joined with it (the daemon resolves it so before any
+	// environment exists). Container and remote backends leave it false.
+	HostFS bool
 }
 
 // EnvInfo describes an environment a backend keeps (berth env ls).

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/a55dbaac/berth/approval"
+	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/daemon/wire"
 	"github.com/a55dbaac/berth/manager"
@@ -467,7 +468,7 @@ func (s *Server) loadConfig(in wire.Inputs) (*config.Config, string, []string, e
 	}
 	// A local environment starts where the call that creates it runs,
 	// as a one-process berth does; later calls find it where its shell is.
-	if cfg.Terminal.Backend == "local" && in.Cwd != "" && !filepath.IsAbs(cfg.Terminal.Cwd) && !strings.HasPrefix(cfg.Terminal.Cwd, "~") {
+	if reg, ok := backend.Lookup(cfg.Terminal.Backend); ok && reg.HostFS && in.Cwd != "" && !filepath.IsAbs(cfg.Terminal.Cwd) && !strings.HasPrefix(cfg.Terminal.Cwd, "~") {
 		cfg.Terminal.Cwd = filepath.Join(in.Cwd, cfg.Terminal.Cwd)
 	}
 	return cfg, hex.EncodeToString(h.Sum(nil)), values, nil

@@ -368,16 +368,67 @@ func TestDenyPattern(t *testing.T) {
 	}
 }
 
-// A sandboxed backend runs dangerous commands without asking.
-func TestSandboxedDoesNotAsk(t *testing.T) {
-	m, _, _ := setup(t, "terminal:\n  backend: modal\n", nil)
-	a := &asker{}
-	dir := t.TempDir()
-	// The factory still gives a (guarded) local environment: only the
-	// configured backend's name decides here.
-	r := m.Run(approval.WithAsker(context.Background(), a), "k", terminal.Request{Command: "chmod -R u+rw " + dir + " && echo OK"})
-	if r.Error != nil || r.Approval == nil || r.Approval.By != approval.BySandbox || a.asked() != 0 {
-		t.Errorf("%+v approval %+v asked %d", r, r.Approval, a.asked())
+// isolatedGuard is a guard that reports an isolation, as a backend
+// instance does from its own settings.
+type isolatedGuard struct {
+	*guard
+	iso backend.Isolation
+}
+
+func (g isolatedGuard) Isolation() backend.Isolation { return g.iso }
+
+// setupIsolated is setup with environments that report iso.
+func setupIsolated(t *testing.T, text string, iso backend.Isolation) (*manager.Manager, *guard) {
+	t.Helper()
+	_, _, path := setup(t, text, nil)
+	home := filepath.Dir(path)
+	vars := map[string]string{"HOME": filepath.Dir(home), "BERTH_HOME": home}
+	cfg, err := config.Load(config.LoadOptions{Getenv: func(k string) string { return vars[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &guard{forbidden: floorMarkers}
+	m := manager.NewWithFactory(cfg, nil, func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
+		reg, _ := backend.Lookup("local")
+		be, err := reg.New(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		g.Backend = be
+		return isolatedGuard{g, iso}, nil
+	})
+	t.Cleanup(func() { _ = m.CloseAll(context.Background()) })
+	return m, g
+}
+
+// An environment whose backend reports image isolation runs dangerous
+// commands without asking, whatever the configured backend is called.
+func TestImageIsolationDoesNotAsk(t *testing.T) {
+	for _, name := range []string{"local", "ssh", "modal"} {
+		m, _ := setupIsolated(t, "terminal:\n  backend: "+name+"\n", backend.IsolationImage)
+		a := &asker{}
+		dir := t.TempDir()
+		r := m.Run(approval.WithAsker(context.Background(), a), "k", terminal.Request{Command: "chmod -R u+rw " + dir + " && echo OK"})
+		if r.Error != nil || r.Approval == nil || r.Approval.By != approval.BySandbox || a.asked() != 0 {
+			t.Errorf("%s: %+v approval %+v asked %d", name, r, r.Approval, a.asked())
+		}
+	}
+}
+
+// An environment that reports no isolation meets the floor and the
+// questions whatever its backend's name: singularity or docker with a host
+// directory bound in are no sandbox (the hole where singularity with
+// singularity_binds counted as one by name).
+func TestNoIsolationMeetsTheFloor(t *testing.T) {
+	for _, name := range []string{"singularity", "docker", "modal"} {
+		m, g := setupIsolated(t, "terminal:\n  backend: "+name+"\napprovals:\n  mode: off\n", backend.IsolationNone)
+		r := m.Run(context.Background(), "k", terminal.Request{Command: "rm -rf ~"})
+		if r.Approval == nil || r.Approval.Outcome != approval.Blocked || r.Approval.By != approval.ByFloor {
+			t.Errorf("%s: rm -rf ~ approval %+v", name, r.Approval)
+		}
+		if len(g.Hits()) > 0 {
+			t.Errorf("%s: the floor command reached the environment: %q", name, g.Hits())
+		}
 	}
 }
 

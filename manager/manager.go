@@ -132,30 +132,28 @@ func newGate(cfg *config.Config, log *slog.Logger) *approval.Gate {
 func (m *Manager) Gate() *approval.Gate { return m.gate }
 
 // approvalContext says where a command of env would run, for the gate:
-// the backend, whether it is sandboxed (docker without host mounts,
-// singularity, modal, daytona), the working directory (workdir when given,
-// else the shell's), and on the local backend the home directory and
+// the backend, whether the backend keeps commands from any machine they
+// could damage (its reported isolation, never its name), the working
+// directory (workdir when given, else the shell's), and, when the
+// environment is this machine's own filesystem, the home directory and
 // berth's own files.
 func (m *Manager) approvalContext(env *terminal.Environment, workdir string) approval.Context {
-	t := m.cfg.Terminal
-	hostMounts := len(t.List("docker_volumes")) > 0 || t.Bool("docker_mount_cwd_to_workspace")
-	c := approval.Context{
-		Backend:   t.Backend,
-		Sandboxed: approval.IsSandboxed(t.Backend, hostMounts),
-	}
+	c := approval.Context{Backend: m.cfg.Terminal.Backend}
 	if env != nil {
+		be := env.Backend()
+		c.Sandboxed = backend.IsolationOf(be) == backend.IsolationImage
 		c.Cwd = env.Session().Cwd()
+		if fs, ok := be.(backend.NativeFS); ok && fs.NativeFS() {
+			if h := m.cfg.Getenv("HOME"); h != "" {
+				c.Home = h
+			} else {
+				c.Home, _ = os.UserHomeDir()
+			}
+			c.BerthHome, c.ConfigPath = m.cfg.Home, m.cfg.Path
+		}
 	}
 	if workdir != "" {
 		c.Cwd = workdir
-	}
-	if t.Backend == "local" {
-		if h := m.cfg.Getenv("HOME"); h != "" {
-			c.Home = h
-		} else {
-			c.Home, _ = os.UserHomeDir()
-		}
-		c.BerthHome, c.ConfigPath = m.cfg.Home, m.cfg.Path
 	}
 	return c
 }

@@ -126,7 +126,12 @@ var (
 	_ backend.SessionEnver  = (*Backend)(nil)
 	_ backend.FileWriter    = (*Backend)(nil)
 	_ backend.OneShotRunner = (*Backend)(nil)
+	_ backend.Isolator      = (*Backend)(nil)
 )
+
+// Isolation is IsolationImage: a Daytona sandbox runs on the provider's machines with
+// nothing of this host mounted.
+func (b *Backend) Isolation() backend.Isolation { return backend.IsolationImage }
 
 // New reads the credentials, then finds the environment's sandbox by name
 // and starts it if it sleeps, or creates it. Missing credentials, a

@@ -80,3 +80,28 @@ func TestConfigKeysReachSpec(t *testing.T) {
 		t.Errorf("bad value: %v", err)
 	}
 }
+
+// A container with a host directory bound in reaches the host's files, so
+// it reports no isolation; named volumes are Docker's own and keep it.
+func TestIsolationFollowsHostBinds(t *testing.T) {
+	for _, tc := range []struct {
+		volumes []string
+		want    backend.Isolation
+	}{
+		{nil, backend.IsolationImage},
+		{[]string{"cache:/cache"}, backend.IsolationImage},
+		{[]string{"/srv/data:/data:ro"}, backend.IsolationNone},
+	} {
+		cfg := config.Default()
+		if err := cfg.Terminal.Set(keyVolumes, tc.volumes); err != nil {
+			t.Fatal(err)
+		}
+		s, err := buildSpec(backend.Options{Key: "k", Config: cfg.Terminal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := (&Backend{spec: s}).Isolation(); got != tc.want {
+			t.Errorf("volumes %q: isolation %s, want %s", tc.volumes, got, tc.want)
+		}
+	}
+}

@@ -80,7 +80,21 @@ var (
 	_ backend.Recreator    = (*Backend)(nil)
 	_ backend.SessionEnver = (*Backend)(nil)
 	_ backend.FileWriter   = (*Backend)(nil)
+	_ backend.Isolator     = (*Backend)(nil)
 )
+
+// Isolation is IsolationImage for a container with nothing of the host
+// mounted (named volumes are Docker's, not the host's), IsolationNone for
+// one with a host directory bound in (a docker_volumes host path,
+// docker_mount_cwd_to_workspace): a command there reaches the host's files.
+func (b *Backend) Isolation() backend.Isolation {
+	for _, bind := range b.spec.Binds {
+		if strings.HasPrefix(bind, "/") {
+			return backend.IsolationNone
+		}
+	}
+	return backend.IsolationImage
+}
 
 // cleaned records the daemons whose leftovers this berth process already
 // cleaned up: crash clean-up runs once per daemon per process (like Nomad's

@@ -25,6 +25,7 @@ func init() {
 	backend.Register(backend.Registration{
 		Name:        "local",
 		Description: "this machine, in a process group with credentials stripped from the environment",
+		HostFS:      true,
 		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
 			return New(opts)
 		},

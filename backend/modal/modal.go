@@ -105,7 +105,12 @@ var (
 	_ backend.Recreator    = (*Backend)(nil)
 	_ backend.SessionEnver = (*Backend)(nil)
 	_ backend.FileWriter   = (*Backend)(nil)
+	_ backend.Isolator     = (*Backend)(nil)
 )
+
+// Isolation is IsolationImage: a Modal sandbox runs on the provider's machines with
+// nothing of this host mounted.
+func (b *Backend) Isolation() backend.Isolation { return backend.IsolationImage }
 
 // logger is the options' logger, else slog's default.
 func logger(opts backend.Options) *slog.Logger {

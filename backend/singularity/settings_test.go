@@ -177,3 +177,20 @@ func TestFatalLines(t *testing.T) {
 		t.Error("an INFO line about cgroups was taken for a refused limit")
 	}
 }
+
+// An instance with a host directory bound in reaches the host's files, so
+// it reports no isolation; one with no bind runs in its image alone.
+func TestIsolationFollowsBinds(t *testing.T) {
+	for _, tc := range []struct {
+		binds []string
+		want  backend.Isolation
+	}{
+		{nil, backend.IsolationImage},
+		{[]string{"/home/dev:/home/dev"}, backend.IsolationNone},
+	} {
+		b := &Backend{set: &settings{binds: tc.binds}}
+		if got := b.Isolation(); got != tc.want {
+			t.Errorf("binds %q: isolation %s, want %s", tc.binds, got, tc.want)
+		}
+	}
+}

@@ -118,6 +118,17 @@ func init() {
 // ErrClosed is returned by Start after Close.
 var ErrClosed = errors.New("singularity: backend closed")
 
+// Isolation is IsolationImage for an instance started --containall with
+// no host directory bound in, IsolationNone when singularity_binds or
+// singularity_mount_cwd_to_workspace bind one: a command there reaches the
+// host's files as the user berth runs as.
+func (b *Backend) Isolation() backend.Isolation {
+	if len(b.set.binds) > 0 {
+		return backend.IsolationNone
+	}
+	return backend.IsolationImage
+}
+
 // Backend is one environment: an instance (started or reattached by New)
 // and the processes started in it. It is safe for concurrent use.
 type Backend struct {
