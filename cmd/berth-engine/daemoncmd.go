@@ -14,11 +14,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a55dbaac/berth/approval"
+	"github.com/a55dbaac/berth/cmd/internal/cli"
+	"github.com/a55dbaac/berth/cmd/internal/cli/flagset"
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/daemon"
 	"github.com/a55dbaac/berth/daemon/wire"
-	"github.com/a55dbaac/berth/cmd/internal/cli"
-	"github.com/a55dbaac/berth/cmd/internal/cli/flagset"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/terminal"
 )

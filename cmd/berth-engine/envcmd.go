@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a55dbaac/berth/backend"
-	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/cmd/internal/cli/flagset"
+	"github.com/a55dbaac/berth/config"
 )
 
 func newEnvCmd() *cobra.Command {

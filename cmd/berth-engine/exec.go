@@ -11,9 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a55dbaac/berth/approval"
-	"github.com/a55dbaac/berth/daemon"
 	"github.com/a55dbaac/berth/cmd/internal/cli"
 	"github.com/a55dbaac/berth/cmd/internal/cli/flagset"
+	"github.com/a55dbaac/berth/daemon"
 	"github.com/a55dbaac/berth/terminal"
 )
 

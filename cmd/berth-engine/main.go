@@ -18,10 +18,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/a55dbaac/berth/backend"
-	"github.com/a55dbaac/berth/config"
-	"github.com/a55dbaac/berth/daemon"
 	"github.com/a55dbaac/berth/cmd/internal/cli"
 	"github.com/a55dbaac/berth/cmd/internal/cli/flagset"
+	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/daemon"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/terminal"
 

@@ -25,9 +25,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/a55dbaac/berth/cmd/internal/cli"
 	"github.com/a55dbaac/berth/daemon/wire"
 	"github.com/a55dbaac/berth/internal/berthhome"
-	"github.com/a55dbaac/berth/cmd/internal/cli"
 )
 
 // engineName is the full binary's file name, looked for next to this one,
