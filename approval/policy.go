@@ -50,6 +50,13 @@ type Context struct {
 	// a container or sandbox without host binds). Then the floor does not
 	// apply and nothing is asked; approvals.deny still holds.
 	Sandboxed bool
+	// Writable, when not nil, lists every directory tree the kernel lets
+	// the environment's commands write (workspace confinement): a write or
+	// removal anywhere else fails however the command is spelled.
+	Writable []string
+	// SignalsConfined is true when the kernel stops the environment's
+	// commands from signalling processes outside it.
+	SignalsConfined bool
 	// Cwd is the shell's working directory (absolute, or ~), for relative
 	// paths; "" if unknown.
 	Cwd string

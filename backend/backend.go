@@ -202,6 +202,29 @@ func IsolationOf(b Backend) Isolation {
 	return IsolationNone
 }
 
+// Confinement is what the kernel enforces on an environment that reports
+// IsolationWorkspace: where its commands may write, whom they may signal,
+// what network they may reach. The approval gate reads it to know which
+// rules the kernel already enforces.
+type Confinement struct {
+	// Writable are the absolute directory trees the commands may write
+	// (the workspace, the environment's temporary directory, paths the
+	// user listed); everything else is read-only to them.
+	Writable []string
+	// Signals is true when the commands cannot signal processes outside
+	// the environment.
+	Signals bool
+	// Network is "" (unrestricted), "loopback" (only 127.0.0.1/::1) or
+	// "none".
+	Network string
+}
+
+// Confiner is implemented by backends that confine their commands in the
+// kernel (IsolationWorkspace) and can say how.
+type Confiner interface {
+	Confinement() Confinement
+}
+
 // FileWriter is implemented by backends with a file API for moving file
 // content without the shell (Docker's archive endpoint, SFTP, a provider's
 // upload call). write_file uses it for the bytes, while the shell still

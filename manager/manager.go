@@ -142,6 +142,11 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 	if env != nil {
 		be := env.Backend()
 		c.Sandboxed = backend.IsolationOf(be) == backend.IsolationImage
+		if cf, ok := be.(backend.Confiner); ok && backend.IsolationOf(be) == backend.IsolationWorkspace {
+			conf := cf.Confinement()
+			c.Writable = append([]string{}, conf.Writable...)
+			c.SignalsConfined = conf.Signals
+		}
 		c.Cwd = env.Session().Cwd()
 		if fs, ok := be.(backend.NativeFS); ok && fs.NativeFS() {
 			if h := m.cfg.Getenv("HOME"); h != "" {
