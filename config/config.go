@@ -113,8 +113,8 @@ func ResolvePath(configFlag string, getenv func(string) string) (path string, ex
 // file beside it, TERMINAL_* and BERTH_APPROVALS_* variables and
 // opts.Flags, in increasing order of precedence. Every malformed value is
 // reported, each error naming the key or variable, the value and what is
-// accepted; approvals.mode, approvals.deny and command_allowlist must make
-// a valid approval.Policy. Sections of the file other than terminal:,
+// accepted; approvals.mode, approvals.deny and command_allowlist must pass
+// the checks the approval engine registered (AddCheck). Sections of the file other than terminal:,
 // tool_output: and approvals: (and keys other than command_allowlist at
 // the top level) are ignored, so a Hermes config file works as is; unknown
 // keys inside those three sections become Warnings.
@@ -201,11 +201,6 @@ func Load(opts LoadOptions) (*Config, error) {
 		}
 		c.assign(k, v)
 		c.Sources[k.full()] = "flag"
-	}
-	if len(errs) == 0 {
-		if _, err := c.ApprovalPolicy(); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -5,7 +5,6 @@ package manager
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -92,39 +91,6 @@ func New(cfg *config.Config, log *slog.Logger) *Manager {
 		procs: process.NewRegistry(time.Duration(cfg.Terminal.Timeout) * time.Second),
 		gate:  newGate(cfg, log),
 	}
-}
-
-// newGate builds the approval gate of cfg. config.Load has validated the
-// approval keys, so a policy error means a hand-built configuration: the
-// gate then falls back to the safe default (manual mode, no patterns) and
-// says so. "always" answers are saved into command_allowlist in the config
-// file (cfg.Path, else config.yaml in the berth home), in place, as
-// `berth config set` does.
-func newGate(cfg *config.Config, log *slog.Logger) *approval.Gate {
-	pol, err := cfg.ApprovalPolicy()
-	if err != nil {
-		log.Warn("manager: approvals configuration rejected; asking before every dangerous command", "err", err)
-		pol = approval.DefaultPolicy()
-	}
-	file := cfg.Path
-	if file == "" {
-		file = filepath.Join(cfg.Home, "config.yaml")
-	}
-	return approval.NewGate(pol, approval.GateOptions{
-		Timeout: time.Duration(cfg.Approvals.Timeout) * time.Second,
-		Logger:  log,
-		Persist: func(list []string) error {
-			b, err := json.Marshal(list)
-			if err != nil {
-				return err
-			}
-			if err := config.Set(file, approval.KeyAllowlist, string(b)); err != nil {
-				return fmt.Errorf("save %s in %s: %w", approval.KeyAllowlist, file, err)
-			}
-			log.Info("approval saved", "key", approval.KeyAllowlist, "file", file, "patterns", list)
-			return nil
-		},
-	})
 }
 
 // Gate returns the approval gate every command passes before it reaches an
