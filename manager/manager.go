@@ -179,15 +179,7 @@ func (m *Manager) Env(ctx context.Context, key string) (*terminal.Environment, e
 		e = &entry{ready: make(chan struct{})}
 		m.envs[key] = e
 		m.mu.Unlock()
-		e.env, e.err = m.create(ctx, key)
-		close(e.ready)
-		if e.err != nil {
-			m.mu.Lock()
-			if m.envs[key] == e {
-				delete(m.envs, key)
-			}
-			m.mu.Unlock()
-		}
+		m.build(ctx, key, e)
 		return e.env, e.err
 	}
 	m.mu.Unlock()
@@ -197,6 +189,31 @@ func (m *Manager) Env(ctx context.Context, key string) (*terminal.Environment, e
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// build creates e's environment and answers everyone waiting on it. It
+// answers them however create ends: also when the goroutine running it
+// exits inside the backend's constructor (runtime.Goexit, as a test
+// helper's t.Fatal does), so that a CloseAll waiting for this entry — a
+// test's cleanup, run on that very goroutine — returns instead of
+// waiting for ever.
+func (m *Manager) build(ctx context.Context, key string, e *entry) {
+	returned := false
+	defer func() {
+		if !returned {
+			e.env, e.err = nil, fmt.Errorf("environment %q: creating it was abandoned (the goroutine creating it exited)", key)
+		}
+		close(e.ready)
+		if e.err != nil {
+			m.mu.Lock()
+			if m.envs[key] == e {
+				delete(m.envs, key)
+			}
+			m.mu.Unlock()
+		}
+	}()
+	e.env, e.err = m.create(ctx, key)
+	returned = true
 }
 
 // create builds a backend and its environment for key. A panic in a
@@ -406,7 +423,11 @@ func (m *Manager) close(ctx context.Context, key string, endSession bool) error 
 	if !ok {
 		return nil
 	}
-	<-e.ready
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		return fmt.Errorf("environment %q: still being created when the close gave up: %w", key, ctx.Err())
+	}
 	if e.env == nil {
 		return nil
 	}

@@ -2,6 +2,8 @@ package manager_test
 
 import (
 	"context"
+	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -32,5 +34,38 @@ func TestConstructorPanicIsAnError(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("call %d hung after a constructor panic", i)
 		}
+	}
+}
+
+// A backend constructor that ends its goroutine (a test helper's t.Fatal
+// inside the factory does: runtime.Goexit) still answers the entry, so
+// the CloseAll that the test's cleanup then runs on the same goroutine
+// returns at once instead of waiting for a create that never ends.
+func TestCloseAllAfterFactoryExitsItsGoroutine(t *testing.T) {
+	m := manager.NewWithFactory(&config.Config{Home: t.TempDir(), Terminal: config.Default().Terminal}, nil,
+		func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
+			runtime.Goexit()
+			return nil, nil
+		})
+	closed := make(chan error, 1)
+	go func() {
+		defer func() {
+			// Runs after Goexit unwound Env, as t.Cleanup runs after t.Fatal.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			closed <- m.CloseAll(ctx)
+		}()
+		m.Env(context.Background(), "k")
+	}()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("CloseAll: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("CloseAll still waits for the abandoned create after 30 s")
+	}
+	if _, err := m.Env(context.Background(), "k"); !errors.Is(err, manager.ErrClosed) {
+		t.Errorf("Env after CloseAll: %v", err)
 	}
 }
