@@ -324,6 +324,7 @@ func (m *Manager) Background(ctx context.Context, key string, req terminal.Reque
 	d := m.gate.Command(ctx, key, req.Command, m.approvalContext(env, req.Workdir))
 	if !d.Allowed() {
 		res := process.StartError(d.Err())
+		res.ExitCode = terminal.ExitBlocked
 		res.Approval = d
 		return res
 	}
@@ -366,9 +367,7 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 	}
 	d := m.gate.Command(ctx, key, req.Command, m.approvalContext(env, req.Workdir))
 	if !d.Allowed() {
-		res := terminal.ErrorResult(d.Err())
-		res.Approval = d
-		return res
+		return terminal.BlockedResult(d)
 	}
 	// The call is registered while it runs: process list shows it, and
 	// process detach (or a command still running at its timeout with

@@ -13,6 +13,7 @@ import (
 
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/manager"
+	"github.com/a55dbaac/berth/terminal"
 )
 
 // shimRm puts a fake rm first on PATH (the local backend's shells inherit
@@ -134,7 +135,7 @@ func TestServerApprovalAnswers(t *testing.T) {
 				cmd, marker := dangerous(t)
 				out, isErr := call(t, cs, "terminal", map[string]any{"command": cmd})
 				msg, _ := out["error"].(string)
-				if !isErr || exists(marker) || approvalOf(out)["decision"] != "denied" || !strings.HasPrefix(msg, "BLOCKED: the user denied") || out["exit_code"] != float64(-1) {
+				if !isErr || exists(marker) || approvalOf(out)["decision"] != "denied" || !strings.HasPrefix(msg, "BLOCKED: the user denied") || out["exit_code"] != float64(terminal.ExitBlocked) {
 					t.Errorf("%s: %v", action, out)
 				}
 			}

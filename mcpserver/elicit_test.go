@@ -67,7 +67,7 @@ func (r *approvalRig) connect(t *testing.T, version string, copts *mcp.ClientOpt
 			return p, nil, nil
 		}
 		if !d.Allowed() {
-			return &mcp.CallToolResult{IsError: true}, map[string]any{"output": "", "exit_code": -1, "error": d.Message, "approval": d}, nil
+			return &mcp.CallToolResult{IsError: true}, map[string]any{"output": "", "exit_code": 126, "error": d.Message, "approval": d}, nil
 		}
 		r.ran.Add(1)
 		return nil, map[string]any{"output": "ran", "exit_code": 0, "error": nil, "approval": d}, nil

@@ -234,6 +234,21 @@ func ErrorResult(err error) Result {
 	return Result{ExitCode: -1, Error: &msg, Err: err}
 }
 
+// ExitBlocked is the exit_code of a command that did not run because the
+// approval gate refused it (blocked, denied, or waiting for an answer): the
+// shell's "found but cannot execute", and the status berth exec exits
+// with, so a caller reads one number whichever way it asked.
+const ExitBlocked = 126
+
+// BlockedResult is the result of a command the approval gate refused:
+// exit_code ExitBlocked, error the decision's message.
+func BlockedResult(d *approval.Decision) Result {
+	res := ErrorResult(d.Err())
+	res.ExitCode = ExitBlocked
+	res.Approval = d
+	return res
+}
+
 // MaxTimeout is the longest timeout a request may ask for, in seconds (one
 // day); longer work belongs in the background.
 const MaxTimeout = 86400

@@ -98,7 +98,7 @@ func TestExecFloorCommandIsBlocked(t *testing.T) {
 				Approval struct{ Decision, By, Rule string }
 			}
 			if err := json.Unmarshal([]byte(out), &r); err != nil || code != blockedStatus || !strings.HasPrefix(r.Error, "BLOCKED: ") ||
-				r.Approval.Decision != "blocked" || r.Approval.By != "floor" || r.Approval.Rule != "rm-system-dir" || r.ExitCode != -1 {
+				r.Approval.Decision != "blocked" || r.Approval.By != "floor" || r.Approval.Rule != "rm-system-dir" || r.ExitCode != 126 {
 				t.Errorf("--json: exit %d %q (%v)", code, out, err)
 			}
 			a.noRm(t)
