@@ -60,8 +60,25 @@ type Elicitor struct {
 	key []byte
 	now func() time.Time
 
-	mu   sync.Mutex
-	used map[string]time.Time // answered question nonces, until they expire
+	mu    sync.Mutex
+	used  map[string]time.Time // answered question nonces, until they expire
+	ended <-chan struct{}      // closed when the client's input ended; nil if unknown
+}
+
+// inputEnded reports whether the client can no longer answer anything.
+func (e *Elicitor) inputEnded() bool {
+	e.mu.Lock()
+	ch := e.ended
+	e.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // NewElicitor returns an Elicitor with a fresh signing key.
@@ -122,7 +139,28 @@ func (a *ElicitAsker) Ask(ctx context.Context, q approval.Question) (approval.An
 	if a.req.ProtocolVersion() >= multiRoundTripVersion {
 		return a.askRoundTrip(q, params)
 	}
+	if a.e.inputEnded() {
+		return "", fmt.Errorf("%w: the MCP client closed its input, so no answer can come", approval.ErrCannotAsk)
+	}
+	a.e.mu.Lock()
+	ended := a.e.ended
+	a.e.mu.Unlock()
+	if ended != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-ended:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	res, err := a.req.Session.Elicit(ctx, params)
+	if err != nil && a.e.inputEnded() {
+		return "", fmt.Errorf("%w: the MCP client closed its input before answering", approval.ErrCannotAsk)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()

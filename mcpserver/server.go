@@ -125,6 +125,12 @@ func New(m *manager.Manager, opts Options) *Server {
 // closed; the wait for the results is bounded by drain. It returns
 // ctx.Err() when ctx ended the session.
 func (srv *Server) Run(ctx context.Context, t mcp.Transport, drain time.Duration) error {
+	if st, ok := t.(*StdioTransport); ok {
+		// A question to a client whose input ended can get no answer.
+		srv.s.elicit.mu.Lock()
+		srv.s.elicit.ended = st.InputEnded()
+		srv.s.elicit.mu.Unlock()
+	}
 	ss, err := srv.Server.Connect(context.WithoutCancel(ctx), t, nil)
 	if err != nil {
 		return fmt.Errorf("mcp: connect: %w", err)

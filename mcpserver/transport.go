@@ -57,8 +57,23 @@ type StdioTransport struct {
 	// slog.Default().
 	Logger *slog.Logger
 
-	mu   sync.Mutex
-	conn *lineConn
+	mu      sync.Mutex
+	conn    *lineConn
+	ended   chan struct{} // closed at the end of the input
+	endOnce sync.Once
+}
+
+// InputEnded returns a channel closed once the input has ended (EOF or a
+// read error): from then on the client can answer no question.
+func (t *StdioTransport) InputEnded() <-chan struct{} { return t.endedChan() }
+
+func (t *StdioTransport) endedChan() chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended == nil {
+		t.ended = make(chan struct{})
+	}
+	return t.ended
 }
 
 // Connect implements mcp.Transport.
@@ -79,7 +94,7 @@ func (t *StdioTransport) Connect(context.Context) (mcp.Connection, error) {
 		log = slog.Default()
 	}
 	c := &lineConn{w: w, log: log, incoming: make(chan jsonrpc.Message), closed: make(chan struct{}), readErr: make(chan error, 1),
-		unanswered: map[jsonrpc.ID]bool{}}
+		unanswered: map[jsonrpc.ID]bool{}, ended: t.endedChan(), endOnce: &t.endOnce}
 	if rc, ok := r.(io.Closer); ok {
 		c.rc = rc
 	}
@@ -112,6 +127,8 @@ type lineConn struct {
 	readErr   chan error
 	closed    chan struct{}
 	closeOnce sync.Once
+	ended     chan struct{} // closed by readLoop when the input ends
+	endOnce   *sync.Once
 
 	// Requests delivered and not yet answered, so a shutdown can let
 	// their answers out before closing.
@@ -140,6 +157,7 @@ func (c *lineConn) readLoop(r io.Reader, limit int) {
 			if errors.Is(err, io.EOF) {
 				err = io.EOF
 			}
+			c.endOnce.Do(func() { close(c.ended) })
 			c.readErr <- err
 			return
 		}
@@ -282,10 +300,29 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		return msg, nil
 	case err := <-c.readErr:
 		c.readErr <- err // later reads see it too
+		// A pipeline writes its requests and closes its end at once: the
+		// session ends only after every request read before the end of
+		// the input has been answered.
+		c.drain()
 		return nil, err
 	case <-c.closed:
 		return nil, io.EOF
 	}
+}
+
+// drain waits until every request read so far has been answered, or the
+// connection is closed.
+func (c *lineConn) drain() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	c.pending.wait(ctx)
 }
 
 // track counts a request that expects an answer.
