@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/approval"
+	"github.com/a55dbaac/berth/backend/hostproc"
 	"github.com/a55dbaac/berth/config"
 )
 
@@ -55,8 +56,27 @@ func checkPatterns(key string) func(any) error {
 // and command_allowlist. Load has checked them, so an error means a
 // hand-built Config with a bad value; it names the key, the index and the
 // pattern.
+//
+// A berth that runs under another berth (the caller's environment has the
+// owner mark every command of a local environment carries) is at least as
+// strict as its parent, whatever its own configuration says: it asks
+// (manual mode) and takes no allowlist. Its parent's gate has checked the
+// nested berth's command line against the parent's patterns already; what
+// the nested berth then runs is asked again, here, and blocked when nobody
+// can answer. So an agent cannot lower the gate by starting a berth of its
+// own with another home, configuration or variables.
 func Policy(cfg *config.Config) (*approval.Policy, error) {
+	if Nested(cfg) {
+		return approval.NewPolicy(string(approval.ModeManual), cfg.Approvals.Deny, nil)
+	}
 	return approval.NewPolicy(cfg.Approvals.Mode, cfg.Approvals.Deny, cfg.CommandAllowlist)
+}
+
+// Nested reports whether cfg belongs to a berth started inside another
+// berth's environment: its environment carries the owner mark
+// (hostproc.OwnerVar) the parent gives every command it runs.
+func Nested(cfg *config.Config) bool {
+	return cfg.Getenv(hostproc.OwnerVar) != ""
 }
 
 // newGate builds the approval gate of cfg. config.Load has validated the

@@ -153,3 +153,30 @@ func TestSetApprovalsRevokes(t *testing.T) {
 		t.Error("the command reached the environment")
 	}
 }
+
+// A berth started inside another berth's environment (its environment
+// has the owner mark) asks and takes no allowlist, whatever its own
+// configuration says (N1: a nested berth with approvals.mode off).
+func TestNestedBerthIsAtLeastAsStrict(t *testing.T) {
+	file := "approvals:\n  mode: \"off\"\n  deny: [\"echo NOPE*\"]\ncommand_allowlist: [\"chmod 777 *\"]\n"
+	cfg, _, err := loadIn(t, file, map[string]string{"BERTH_OWNER": "boot/1/2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := manager.Policy(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Mode() != approval.ModeManual || len(p.Allowlist()) != 0 || strings.Join(p.Deny(), ",") != "echo NOPE*" {
+		t.Errorf("nested policy: mode %s allow %q deny %q", p.Mode(), p.Allowlist(), p.Deny())
+	}
+	local := approval.Context{Backend: "local", Cwd: "/repo"}
+	if v := p.Check("chmod 777 x", local); v.Action != approval.Ask {
+		t.Errorf("chmod 777 under a nested berth: %s", v.Action)
+	}
+	// Without the mark the same file is taken as written.
+	cfg, _, _ = loadIn(t, file, nil)
+	if p, _ := manager.Policy(cfg); p.Mode() != approval.ModeOff || len(p.Allowlist()) != 1 {
+		t.Errorf("top-level policy: mode %s allow %q", p.Mode(), p.Allowlist())
+	}
+}

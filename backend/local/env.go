@@ -57,8 +57,19 @@ func IsSecret(name string) bool {
 	return false
 }
 
+// IsBerthControl reports whether a variable steers berth itself: where its
+// configuration and home are (BERTH_CONFIG, BERTH_HOME) and what its
+// approval gate does (BERTH_APPROVALS_*). Commands never get them, so a
+// berth the agent starts inside the environment finds neither the parent's
+// home and daemon through them nor a lower approval level the parent
+// passed on; env_passthrough cannot re-allow them.
+func IsBerthControl(name string) bool {
+	return name == "BERTH_CONFIG" || name == "BERTH_HOME" || strings.HasPrefix(name, "BERTH_APPROVALS_")
+}
+
 // FilterEnv returns environ without secrets, except the names listed in
-// passthrough, which the user explicitly re-allowed.
+// passthrough, which the user explicitly re-allowed, and without the
+// variables that steer berth itself (IsBerthControl).
 func FilterEnv(environ []string, passthrough []string) []string {
 	allow := make(map[string]bool, len(passthrough))
 	for _, n := range passthrough {
@@ -67,7 +78,7 @@ func FilterEnv(environ []string, passthrough []string) []string {
 	out := make([]string, 0, len(environ))
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if IsSecret(name) && !allow[name] {
+		if IsBerthControl(name) || IsSecret(name) && !allow[name] {
 			continue
 		}
 		out = append(out, kv)

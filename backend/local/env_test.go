@@ -85,3 +85,15 @@ func TestCommandsDoNotSeeSecrets(t *testing.T) {
 		}
 	}
 }
+
+// The variables that steer berth (its home, its config, its approvals)
+// never reach commands, not even through env_passthrough: a nested berth
+// cannot be pointed at a lower approval level through them (N1).
+func TestFilterEnvDropsBerthControl(t *testing.T) {
+	in := []string{"PATH=/bin", "BERTH_HOME=/h", "BERTH_CONFIG=/h/c.yaml", "BERTH_APPROVALS_MODE=off",
+		"BERTH_APPROVALS_TIMEOUT=9", "BERTH_OWNER=x", "BERTH_NO_DAEMON=1"}
+	got := strings.Join(FilterEnv(in, []string{"BERTH_HOME", "BERTH_APPROVALS_MODE"}), " ")
+	if got != "PATH=/bin BERTH_OWNER=x BERTH_NO_DAEMON=1" {
+		t.Errorf("FilterEnv = %q", got)
+	}
+}
