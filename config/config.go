@@ -176,7 +176,7 @@ func Load(opts LoadOptions) (*Config, error) {
 			if getenv(k.env) == "" {
 				from = " (from " + filepath.Join(filepath.Dir(path), ".env") + ")"
 			}
-			errs = append(errs, fmt.Errorf("%s=%q%s: %s", k.env, raw, from, p))
+			errs = append(errs, fmt.Errorf("%s=%s%s: %s", k.env, k.shown(raw), from, p))
 			continue
 		}
 		c.assign(k, v)
@@ -196,7 +196,7 @@ func Load(opts LoadOptions) (*Config, error) {
 		}
 		v, p := k.parse(raw)
 		if p != "" {
-			errs = append(errs, fmt.Errorf("flag %s %q: %s", k.full(), raw, p))
+			errs = append(errs, fmt.Errorf("flag %s %s: %s", k.full(), k.shown(raw), p))
 			continue
 		}
 		c.assign(k, v)
@@ -319,7 +319,7 @@ func (c *Config) applyValue(k *keyInfo, vn *yaml.Node) []error {
 	v, set, raw, p := k.fromNode(vn)
 	if p != "" {
 		if raw != "" || deref(vn).Kind == yaml.ScalarNode {
-			return []error{fmt.Errorf("%s %q in %s: %s", k.full(), raw, c.Path, p)}
+			return []error{fmt.Errorf("%s %s in %s: %s", k.full(), k.shown(raw), c.Path, p)}
 		}
 		return []error{fmt.Errorf("%s in %s (line %d): %s", k.full(), c.Path, vn.Line, p)}
 	}

@@ -440,7 +440,11 @@ func TestValidationErrors(t *testing.T) {
 		{name: "declared list json", env: map[string]string{"TERMINAL_FAKE_MOUNTS": "/a:/b"},
 			want: []string{`TERMINAL_FAKE_MOUNTS="/a:/b": not a JSON array of strings (terminal.fake_mounts takes a list of strings; as a variable or with config set, a JSON array such as ["a", "b"]: mounts, each "host:container")`}, exact: true},
 		{name: "forward env json", env: map[string]string{"TERMINAL_DOCKER_FORWARD_ENV": `[1]`}, want: []string{`TERMINAL_DOCKER_FORWARD_ENV="[1]"`, "JSON array"}},
-		{name: "declared map json", env: map[string]string{"FAKE_ENV_JSON": `["A=1"]`}, want: []string{`FAKE_ENV_JSON="[\"A=1\"]"`, "JSON object", "terminal.fake_env"}},
+		{name: "declared map json", env: map[string]string{"FAKE_ENV_JSON": `["A=1"]`}, want: []string{`FAKE_ENV_JSON=(7 characters, not shown: it may hold secrets)`, "JSON object", "terminal.fake_env"}},
+		// N15: a refused value never shows a secret: a map's value not at
+		// all, any other one with its secret shapes redacted.
+		{name: "map value with a secret", env: map[string]string{"FAKE_ENV_JSON": `{"A":"sk-proj-INVALIDJSONSECRET`}, want: []string{"FAKE_ENV_JSON=(31 characters, not shown", "JSON object"}},
+		{name: "secret shape in a scalar", env: map[string]string{"TERMINAL_TIMEOUT": "sk-proj-abcdefghijklmnopqrstuvwxyz012345"}, want: []string{"TERMINAL_TIMEOUT=", "[REDACTED]"}},
 		{name: "declared map in file is a list", file: "  fake_env: [a]\n", want: []string{"terminal.fake_env in PATH (line 2)", "not a mapping"}},
 		{name: "passthrough json", env: map[string]string{"TERMINAL_ENV_PASSTHROUGH": `{`}, want: []string{`TERMINAL_ENV_PASSTHROUGH="{"`, "JSON array"}},
 		{name: "list in file is a mapping", file: "  fake_mounts:\n    a: b\n", want: []string{"terminal.fake_mounts in PATH (line 3)", "not a list"}},
@@ -474,6 +478,11 @@ func TestValidationErrors(t *testing.T) {
 			for _, w := range tt.want {
 				if w = strings.ReplaceAll(w, "PATH", path); !strings.Contains(msg, w) {
 					t.Errorf("error %q lacks %q", msg, w)
+				}
+			}
+			for _, secret := range []string{"INVALIDJSONSECRET", "abcdefghijklmnopqrstuvwxyz"} {
+				if strings.Contains(msg, secret) {
+					t.Errorf("error %q shows the secret", msg)
 				}
 			}
 		})

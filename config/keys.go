@@ -13,6 +13,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/a55dbaac/berth/output"
+
 	"github.com/a55dbaac/berth/internal/textdist"
 )
 
@@ -126,6 +128,18 @@ const (
 	fieldDeclared = -2 // declared by a backend, kept in Terminal.values
 	fieldConfig   = -3 // another field of Config (approvals), with getc and setc
 )
+
+// shown is how an error message shows a raw value of k that was refused:
+// quoted, with secret shapes redacted (an API key pasted into the wrong
+// variable, a URL's password); a map's value (docker_env and the like,
+// whose values are often credentials) only by its length. Agents read
+// berth's stderr, so a refused value must not hand them a secret (N15).
+func (k *keyInfo) shown(raw string) string {
+	if k.kind == kindMap {
+		return fmt.Sprintf("(%d characters, not shown: it may hold secrets)", len(raw))
+	}
+	return strconv.Quote(output.Redact(raw))
+}
 
 // full returns the dotted name, e.g. "terminal.timeout"; a top-level key
 // (command_allowlist, section "") is its bare name.

@@ -29,7 +29,7 @@ func Set(path, key, value string) error {
 	}
 	v, p := k.parse(value)
 	if p != "" {
-		return fmt.Errorf("%s %q: %s", k.full(), value, p)
+		return fmt.Errorf("%s %s: %s", k.full(), k.shown(value), p)
 	}
 	if real, err := filepath.EvalSymlinks(path); err == nil {
 		path = real

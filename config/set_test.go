@@ -258,7 +258,7 @@ func TestSetBadValueWritesNothing(t *testing.T) {
 		{"fake_mounts", `["/a:/b", "nocolon"]`, `terminal.fake_mounts "[\"/a:/b\", \"nocolon\"]": mount "nocolon" lacks a colon`},
 		{"modal_image", "x", `unknown key "modal_image": it belongs to backend modal, which is not built into this berth`},
 		{"terminal.fake_mounts", "/a:/b", `terminal.fake_mounts "/a:/b": not a JSON array`},
-		{"terminal.fake_env", "A=1", `terminal.fake_env "A=1": not a JSON object`},
+		{"terminal.fake_env", "A=1", `terminal.fake_env (3 characters, not shown: it may hold secrets): not a JSON object`},
 		{"tool_output.max_bytes", "100", `tool_output.max_bytes "100": out of range`},
 		{"terminal.bakend", "docker", `did you mean terminal.backend?`},
 	} {

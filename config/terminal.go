@@ -184,7 +184,7 @@ func (t *Terminal) Set(name string, v any) error {
 		tv = strings.ToLower(strings.TrimSpace(tv.(string)))
 	}
 	if p := k.validate(tv); p != "" {
-		return fmt.Errorf("config: %s %q: %s", k.full(), formatValue(tv), p)
+		return fmt.Errorf("config: %s %s: %s", k.full(), k.shown(formatValue(tv)), p)
 	}
 	t.put(k, tv)
 	return nil
