@@ -23,6 +23,12 @@
 // Writes are atomic (a temporary file in the same directory, then a rename),
 // keep the mode of the file they replace and create missing parent
 // directories.
+//
+// This package checks nothing of policy: no approval gate, no size cap. It
+// is the layer beneath package manager, whose ReadFile, WriteFile, Patch and
+// Search are the one door agents and Go programs use (as database/sql.DB is
+// for a driver); call these functions directly only where the manager's
+// checks are not wanted.
 package files
 
 import (

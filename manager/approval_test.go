@@ -432,25 +432,38 @@ func TestNoIsolationMeetsTheFloor(t *testing.T) {
 	}
 }
 
-// File-tool writes to sensitive paths go through the same gate.
-func TestApproveWrite(t *testing.T) {
+// File-tool writes from Go go through the same gate as from MCP: the
+// manager is the one door, and a refused write writes nothing.
+func TestWriteFileMeetsTheGate(t *testing.T) {
 	m, _, _ := setup(t, "", nil)
 	home := m.Config().Getenv("HOME")
-	d, err := m.ApproveWrite(context.Background(), "k", filepath.Join(home, ".ssh", "authorized_keys"))
-	if err != nil {
-		t.Fatal(err)
+	keys := filepath.Join(home, ".ssh", "authorized_keys")
+	_, err := m.WriteFile(context.Background(), "k", keys, "ssh-ed25519 AAAA attacker\n")
+	var be *approval.BlockedError
+	if !errors.As(err, &be) || be.Decision.Outcome != approval.Blocked || !strings.HasPrefix(be.Decision.Message, "BLOCKED: ") {
+		t.Errorf("write to ~/.ssh: %v", err)
 	}
-	if d == nil || d.Allowed() || d.Outcome != approval.Blocked || !strings.HasPrefix(d.Message, "BLOCKED: ") {
-		t.Errorf("write to ~/.ssh: %+v", d)
+	if _, err := os.Stat(keys); !os.IsNotExist(err) {
+		t.Errorf("the refused write wrote: %v", err)
 	}
-	d, err = m.ApproveWrite(context.Background(), "k", filepath.Join(t.TempDir(), "notes.txt"))
-	if err != nil || d != nil {
-		t.Errorf("ordinary write: %+v, %v", d, err)
+	_, err = m.Patch(context.Background(), "k", keys, "a", "b", false)
+	if !errors.As(err, &be) {
+		t.Errorf("patch of ~/.ssh: %v", err)
+	}
+	notes := filepath.Join(t.TempDir(), "notes.txt")
+	if res, err := m.WriteFile(context.Background(), "k", notes, "hi\n"); err != nil || res.BytesWritten != 3 {
+		t.Errorf("ordinary write: %+v, %v", res, err)
 	}
 	a := &asker{answers: []approval.Answer{approval.AnswerOnce}}
-	d, _ = m.ApproveWrite(approval.WithAsker(context.Background(), a), "k", filepath.Join(home, ".bashrc"))
-	if d == nil || !d.Allowed() || d.Outcome != approval.ApprovedOnce || a.asked() != 1 || a.questions[0].Kind != "write" {
-		t.Errorf("write to ~/.bashrc approved once: %+v asked %d", d, a.asked())
+	rc := filepath.Join(home, ".bashrc")
+	if _, err := m.WriteFile(approval.WithAsker(context.Background(), a), "k", rc, "export X=1\n"); err != nil || a.asked() != 1 || a.questions[0].Kind != "write" {
+		t.Errorf("write to ~/.bashrc approved once: %v asked %d", err, a.asked())
+	}
+	if b, err := os.ReadFile(rc); err != nil || string(b) != "export X=1\n" {
+		t.Errorf("the approved write: %q %v", b, err)
+	}
+	if _, err := m.WriteFile(context.Background(), "k", notes, strings.Repeat("x", manager.MaxContentBytes+1)); err == nil || !strings.Contains(err.Error(), "at most 10 MiB") {
+		t.Errorf("oversized write: %v", err)
 	}
 }
 

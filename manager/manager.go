@@ -129,21 +129,6 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 	return c
 }
 
-// ApproveWrite decides whether a file tool may write path in key's
-// environment (see approval.Gate.Write): nil when no rule matched, else a
-// decision whose Allowed says whether to write. The Asker is taken from
-// ctx (approval.WithAsker).
-func (m *Manager) ApproveWrite(ctx context.Context, key, path string) (*approval.Decision, error) {
-	if key == "" {
-		key = DefaultKey
-	}
-	env, err := m.Env(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	return m.gate.Write(ctx, key, path, m.approvalContext(env, "")), nil
-}
-
 // NewWithFactory returns a manager whose environments come from factory
 // instead of the backend registry: for Go programs with their own backend,
 // and for the conformance suite.

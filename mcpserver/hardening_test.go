@@ -265,8 +265,8 @@ func TestLargeWritesOverHTTP(t *testing.T) {
 
 // The limit the model is told is the limit enforced.
 func TestAdvertisedContentLimit(t *testing.T) {
-	if sizeText(MaxContentBytes) != maxContentText {
-		t.Fatalf("maxContentText %q, MaxContentBytes is %s", maxContentText, sizeText(MaxContentBytes))
+	if manager.SizeText(MaxContentBytes) != maxContentText {
+		t.Fatalf("maxContentText %q, MaxContentBytes is %s", maxContentText, manager.SizeText(MaxContentBytes))
 	}
 	cs := connect(t, newManager(t, false), nil)
 	res, err := cs.ListTools(context.Background(), nil)

@@ -28,6 +28,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/files"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/process"
@@ -779,89 +780,45 @@ func (s *server) process(ctx context.Context, req *mcp.CallToolRequest, in proce
 	return &mcp.CallToolResult{IsError: failed}, res, nil
 }
 
-// env returns the environment for a file tool call.
-func (s *server) env(ctx context.Context, req *mcp.CallToolRequest) (*terminal.Environment, error) {
-	return s.m.Env(ctx, s.key(req))
+func (s *server) readFile(ctx context.Context, req *mcp.CallToolRequest, in readArgs) (*mcp.CallToolResult, any, error) {
+	return fileResult(s.m.ReadFile(ctx, s.key(req), in.Path, in.Offset, in.Limit))
 }
 
-func (s *server) readFile(ctx context.Context, req *mcp.CallToolRequest, in readArgs) (*mcp.CallToolResult, any, error) {
-	env, err := s.env(ctx, req)
-	if err != nil {
-		return errorResult(err)
+// writeResult answers a file-tool write: the question for the client when
+// the gate handed it one, {"error": "BLOCKED: ...", "approval": {...}} when
+// the gate refused, else the result or the error.
+func writeResult[T any](ask *ElicitAsker, res T, err error) (*mcp.CallToolResult, any, error) {
+	if p := ask.Pending(); p != nil {
+		return p, nil, nil
 	}
-	res, err := files.Read(ctx, env, in.Path, in.Offset, in.Limit)
+	var be *approval.BlockedError
+	if errors.As(err, &be) {
+		return &mcp.CallToolResult{IsError: true}, map[string]any{"error": be.Decision.Message, "approval": be.Decision}, nil
+	}
+	return fileResult(res, err)
+}
+
+// fileResult answers a file tool call with its result, or its error.
+func fileResult[T any](res T, err error) (*mcp.CallToolResult, any, error) {
 	if err != nil {
 		return errorResult(err)
 	}
 	return nil, res, nil
-}
-
-// approveWrite passes a file-tool write of path through the approval gate
-// (asking the user like the terminal tool does). ok is true when the write
-// may go ahead; otherwise res and out are what the handler returns: the
-// question for the client, or {"error": "BLOCKED: ...", "approval": {...}}.
-func (s *server) approveWrite(ctx context.Context, req *mcp.CallToolRequest, path string) (res *mcp.CallToolResult, out any, ok bool) {
-	ctx, ask := s.elicit.Context(ctx, req)
-	d, err := s.m.ApproveWrite(ctx, s.key(req), path)
-	if err != nil {
-		res, out, _ = errorResult(err)
-		return res, out, false
-	}
-	if p := ask.Pending(); p != nil {
-		return p, nil, false
-	}
-	if !d.Allowed() {
-		return &mcp.CallToolResult{IsError: true}, map[string]any{"error": d.Message, "approval": d}, false
-	}
-	return nil, nil, true
 }
 
 func (s *server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in writeArgs) (*mcp.CallToolResult, any, error) {
-	if len(in.Content) > MaxContentBytes {
-		return errorResult(fmt.Errorf("write_file: content is %s; at most %s can be written in one call (write the file in parts: create it with the first part, then append the rest with the terminal, or generate it there)",
-			sizeText(len(in.Content)), sizeText(MaxContentBytes)))
-	}
-	if res, out, ok := s.approveWrite(ctx, req, in.Path); !ok {
-		return res, out, nil
-	}
-	env, err := s.env(ctx, req)
-	if err != nil {
-		return errorResult(err)
-	}
-	res, err := files.Write(ctx, env, in.Path, in.Content)
-	if err != nil {
-		return errorResult(err)
-	}
-	return nil, res, nil
+	ctx, ask := s.elicit.Context(ctx, req)
+	res, err := s.m.WriteFile(ctx, s.key(req), in.Path, in.Content)
+	return writeResult(ask, res, err)
 }
 
 func (s *server) patch(ctx context.Context, req *mcp.CallToolRequest, in patchArgs) (*mcp.CallToolResult, any, error) {
-	if n := max(len(in.OldString), len(in.NewString)); n > MaxContentBytes {
-		return errorResult(fmt.Errorf("patch: old_string or new_string is %s; each may be at most %s (use write_file or the terminal for larger changes)",
-			sizeText(n), sizeText(MaxContentBytes)))
-	}
-	if res, out, ok := s.approveWrite(ctx, req, in.Path); !ok {
-		return res, out, nil
-	}
-	env, err := s.env(ctx, req)
-	if err != nil {
-		return errorResult(err)
-	}
-	res, err := files.Patch(ctx, env, in.Path, in.OldString, in.NewString, in.ReplaceAll)
-	if err != nil {
-		return errorResult(err)
-	}
-	return nil, res, nil
+	ctx, ask := s.elicit.Context(ctx, req)
+	res, err := s.m.Patch(ctx, s.key(req), in.Path, in.OldString, in.NewString, in.ReplaceAll)
+	return writeResult(ask, res, err)
 }
 
 func (s *server) search(ctx context.Context, req *mcp.CallToolRequest, in searchArgs) (*mcp.CallToolResult, any, error) {
-	env, err := s.env(ctx, req)
-	if err != nil {
-		return errorResult(err)
-	}
-	res, err := files.Search(ctx, env, files.SearchRequest{Pattern: in.Pattern, Path: in.Path, Target: in.Target, FileGlob: in.FileGlob, Limit: in.Limit, Context: in.Context, Offset: in.Offset})
-	if err != nil {
-		return errorResult(err)
-	}
-	return nil, res, nil
+	return fileResult(s.m.Search(ctx, s.key(req), files.SearchRequest{Pattern: in.Pattern, Path: in.Path, Target: in.Target,
+		FileGlob: in.FileGlob, Limit: in.Limit, Context: in.Context, Offset: in.Offset}))
 }

@@ -15,16 +15,16 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/a55dbaac/berth/manager"
 )
 
 // Limits of one MCP message and of the file content carried in it.
 const (
 	// MaxContentBytes is the most file content write_file accepts in one
-	// call (and the most text patch takes in old_string or new_string).
-	// It is what the tool description advertises. An agent's model writes
-	// far less in one turn (a few hundred KB at most); bigger files are
-	// generated in the environment with the terminal.
-	MaxContentBytes = 10 << 20
+	// call (and the most text patch takes in old_string or new_string):
+	// the manager's limit, which the tool description advertises.
+	MaxContentBytes = manager.MaxContentBytes
 	// MaxMessageBytes bounds one JSON-RPC message: a line on stdio, a
 	// request body over HTTP. It holds MaxContentBytes of content even when
 	// every byte is JSON-escaped as \u00XX (six bytes), plus the envelope,
@@ -242,18 +242,7 @@ func tooLargeError(tool string, limit int) error {
 		what = tool + ": the request"
 	}
 	return fmt.Errorf("%s is larger than %s, the most one MCP message may carry; write_file takes at most %s of content per call (write bigger files in parts, or generate them with the terminal)",
-		what, sizeText(limit), sizeText(MaxContentBytes))
-}
-
-// sizeText is a byte count as people read it.
-func sizeText(n int) string {
-	if n >= 1<<20 && n%(1<<20) == 0 {
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	if n >= 1<<20 {
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d bytes", n)
+		what, manager.SizeText(limit), manager.SizeText(MaxContentBytes))
 }
 
 // replyMsg is a JSON-RPC response written by the transport itself.
