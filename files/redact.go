@@ -1,10 +1,13 @@
 package files
 
 import (
+	"context"
+	"fmt"
 	"regexp"
 	"strings"
 
 	"github.com/a55dbaac/berth/output"
+	"github.com/a55dbaac/berth/terminal"
 )
 
 // The file tools show file text to the model (read_file lines, search
@@ -71,4 +74,35 @@ func redactedBody(l string) string {
 // redactText redacts a multi-line text with redactLines.
 func redactText(s string) string {
 	return strings.Join(redactLines(strings.Split(s, "\n")), "\n")
+}
+
+// keepsSecrets refuses content that would write the placeholder back over
+// a secret the file holds: an agent that rewrites a file it read with
+// read_file got the secret's lines redacted, and writing them back as it
+// saw them would replace the real value with "[REDACTED]". A line of
+// content is refused when it holds the placeholder and equals the redacted
+// form of a line of the file that holds a secret. Content without the
+// placeholder (the common case) costs nothing; a file that cannot be read
+// (a new one) has no secret to lose.
+func keepsSecrets(ctx context.Context, env *terminal.Environment, t target, content string) error {
+	if !strings.Contains(content, output.Placeholder) {
+		return nil
+	}
+	old, _, err := readAll(ctx, env, t)
+	if err != nil || strings.Contains(old, output.Placeholder) {
+		return nil
+	}
+	raw := strings.Split(old, "\n")
+	hidden := map[string]bool{}
+	for i, l := range redactLines(raw) {
+		if l != raw[i] {
+			hidden[l] = true
+		}
+	}
+	for i, l := range strings.Split(content, "\n") {
+		if strings.Contains(l, output.Placeholder) && hidden[l] {
+			return fmt.Errorf("line %d of the new content holds %s where %s holds a secret berth hid when the file was read; writing it would replace the secret with the placeholder. Leave that line out of the edit (patch the lines around it), or ask the user to change it", i+1, output.Placeholder, t)
+		}
+	}
+	return nil
 }

@@ -60,6 +60,9 @@ func Write(ctx context.Context, env *terminal.Environment, path, content string)
 	if t.isRoot() {
 		return WriteResult{}, fmt.Errorf("write_file: %w", isDir(t))
 	}
+	if err := keepsSecrets(ctx, env, t, content); err != nil {
+		return WriteResult{}, fmt.Errorf("write_file: %w", err)
+	}
 	var res WriteResult
 	switch fw, ok := env.Backend().(backend.FileWriter); {
 	case native(env):
