@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -50,62 +54,79 @@ backends keep none.`,
 			if err != nil {
 				return err
 			}
+			found, notAsked := listAll(cmd.Context(), admins(cfg), opts(cfg))
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "BACKEND\tKEY\tSTATE\tAGE\tID\tIMAGE")
-			var errs []error
-			for _, r := range admins(cfg) {
-				envs, err := r.Envs.List(cmd.Context(), opts(cfg))
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", r.Name, err))
-					continue
+			for _, e := range found {
+				id := e.ID
+				if len(id) > 12 {
+					id = id[:12]
 				}
-				for _, e := range envs {
-					id := e.ID
-					if len(id) > 12 {
-						id = id[:12]
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Backend, e.Key, e.State, time.Since(e.Created).Round(time.Second), id, e.Image)
-				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Backend, e.Key, e.State, time.Since(e.Created).Round(time.Second), id, e.Image)
 			}
 			w.Flush()
-			for _, err := range errs {
-				fmt.Fprintln(os.Stderr, "berth:", err)
-			}
-			if len(errs) > 0 {
-				return exitError{1}
-			}
-			return nil
+			return reportNotAsked(notAsked, cfg.Terminal.Backend)
 		},
 	})
 	var backendName string
 	rm := &cobra.Command{
-		Use:     "rm KEY...",
-		Short:   "Remove environments (container and volumes) by key",
-		Example: "  berth env rm default build",
+		Use:   "rm KEY...",
+		Short: "Remove environments (container or sandbox, and volumes) by key",
+		Long: `Remove the environments of the given keys, with their volumes. Each key is
+removed where berth env ls finds it; --backend is needed only for a key that
+exists on more than one backend.`,
+		Example: "  berth env rm default build\n  berth env rm --backend docker build",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := c.load()
 			if err != nil {
 				return err
 			}
-			name := backendName
-			if name == "" {
-				name = cfg.Terminal.Backend
-			}
-			r, ok := backend.Lookup(name)
-			if !ok || r.Envs == nil {
-				return fmt.Errorf("backend %q keeps no environments to remove (use --backend docker)", name)
-			}
-			for _, key := range args {
-				if err := r.Envs.Remove(cmd.Context(), opts(cfg), key); err != nil {
-					return fmt.Errorf("remove %s environment %q: %w", name, key, err)
+			if backendName != "" {
+				r, ok := backend.Lookup(backendName)
+				if !ok || r.Envs == nil {
+					return fmt.Errorf("--backend %q: that backend keeps no environments (backends that do: %s)", backendName, strings.Join(regNames(admins(cfg)), ", "))
 				}
-				fmt.Printf("removed %s environment %q\n", name, key)
+				for _, key := range args {
+					if err := r.Envs.Remove(cmd.Context(), opts(cfg), key); err != nil {
+						return fmt.Errorf("remove %s environment %q: %w", r.Name, key, err)
+					}
+					fmt.Printf("removed %s environment %q\n", r.Name, key)
+				}
+				return nil
+			}
+			found, notAsked := listAll(cmd.Context(), admins(cfg), opts(cfg))
+			for _, key := range args {
+				var where []string
+				for _, e := range found {
+					if e.Key == key && !slices.Contains(where, e.Backend) {
+						where = append(where, e.Backend)
+					}
+				}
+				if len(where) > 1 {
+					return fmt.Errorf("environment %q exists on %s: say which to remove with --backend (e.g. berth env rm --backend %s %s)",
+						key, strings.Join(where, " and "), where[0], key)
+				}
+				if len(where) == 0 {
+					// A listing may lag a create (eventually consistent
+					// APIs): the configured backend is asked by key too.
+					r, ok := backend.Lookup(cfg.Terminal.Backend)
+					if !ok || r.Envs == nil || notAsked[r.Name] != nil {
+						_ = reportNotAsked(notAsked, "")
+						return fmt.Errorf("no environment %q on any backend berth could ask (berth env ls lists them)", key)
+					}
+					where = []string{r.Name}
+				}
+				r, _ := backend.Lookup(where[0])
+				if err := r.Envs.Remove(cmd.Context(), opts(cfg), key); err != nil {
+					return fmt.Errorf("remove %s environment %q: %w", r.Name, key, err)
+				}
+				fmt.Printf("removed %s environment %q\n", r.Name, key)
 			}
 			return nil
 		},
 	}
-	rm.Flags().StringVar(&backendName, "backend", "", "backend holding the environments (default: configured backend)")
+	rm.Flags().StringVar(&backendName, "backend", "", "backend holding the environments (needed only when a key exists on several)")
 	root.AddCommand(rm)
 
 	var olderThan time.Duration
@@ -140,4 +161,59 @@ their installed files and workspace are deleted.`,
 	prune.Flags().DurationVar(&olderThan, "older-than", 24*time.Hour, "only environments stopped for longer than this")
 	root.AddCommand(prune)
 	return root
+}
+
+// listAll lists the environments of every backend in regs. A backend that
+// could not be asked (not set up here, unreachable) is in notAsked with its
+// error, once.
+func listAll(ctx context.Context, regs []backend.Registration, opts backend.Options) ([]backend.EnvInfo, map[string]error) {
+	var found []backend.EnvInfo
+	notAsked := map[string]error{}
+	for _, r := range regs {
+		envs, err := r.Envs.List(ctx, opts)
+		if err != nil {
+			notAsked[r.Name] = err
+			continue
+		}
+		found = append(found, envs...)
+	}
+	return found, notAsked
+}
+
+// reportNotAsked prints one line per backend that could not be asked, on
+// stderr, and fails (exit 1) when the configured backend is among them: a
+// backend the user has not set up is a note, not an error.
+func reportNotAsked(notAsked map[string]error, configured string) error {
+	for _, n := range slices.Sorted(maps.Keys(notAsked)) {
+		fmt.Fprintf(os.Stderr, "berth: %s not asked: %s\n", n, withoutName(n, notAsked[n].Error()))
+	}
+	if notAsked[configured] != nil {
+		return exitError{1}
+	}
+	return nil
+}
+
+// withoutName drops leading "NAME: " and "NAME backend: " from a backend's
+// message, which is shown after the name already.
+func withoutName(name, msg string) string {
+	for {
+		trimmed := msg
+		for _, p := range []string{name + ": ", name + " backend: "} {
+			if len(trimmed) >= len(p) && strings.EqualFold(trimmed[:len(p)], p) {
+				trimmed = trimmed[len(p):]
+			}
+		}
+		if trimmed == msg {
+			return msg
+		}
+		msg = trimmed
+	}
+}
+
+func regNames(regs []backend.Registration) []string {
+	names := make([]string, len(regs))
+	for i, r := range regs {
+		names[i] = r.Name
+	}
+	return names
 }

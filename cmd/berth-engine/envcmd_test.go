@@ -1,0 +1,67 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
+)
+
+// runBerth runs the built berth with env added to a private home and
+// returns stdout, stderr and the exit status.
+func runBerth(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(berthBin, args...)
+	cmd.Env = append(os.Environ(), append([]string{"BERTH_CONFIG=", "TERMINAL_ENV=", "BERTH_NO_DAEMON=1"}, env...)...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		t.Fatalf("berth %v: %v", args, err)
+	}
+	return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+}
+
+// berth env rm removes a key where berth env ls found it, whatever
+// backend is configured; a backend that could not be asked is one line on
+// stderr, once, and not an error unless it is the configured one.
+func TestEnvRmFindsTheKeyWhereLsFoundIt(t *testing.T) {
+	dockerenv.Require(t)
+	home := t.TempDir()
+	key := "ux-" + strings.ReplaceAll(strings.ToLower(t.Name()), "/", "-")[:12]
+	env := []string{"BERTH_HOME=" + home, "TERMINAL_DOCKER_IMAGE=" + dockerenv.Image(t), "TERMINAL_CONTAINER_PERSISTENT=true",
+		// Unconfigured cloud backends: asked, and refused for want of
+		// credentials.
+		"DAYTONA_API_KEY=", "MODAL_TOKEN_ID=", "MODAL_TOKEN_SECRET="}
+	if _, errs, code := runBerth(t, env, "exec", "--backend", "docker", "--task", key, "--", "true"); code != 0 {
+		t.Fatalf("create: exit %d: %s", code, errs)
+	}
+	t.Cleanup(func() { runBerth(t, env, "env", "rm", "--backend", "docker", key) })
+	out, errs, code := runBerth(t, env, "env", "ls")
+	if code != 0 || !strings.Contains(out, "docker") || !strings.Contains(out, key) {
+		t.Fatalf("env ls: exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(errs), "\n") {
+		if l == "" {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(l, "berth: "), " ")
+		if strings.Count(errs, "berth: "+name+" ") != 1 || strings.Contains(l, name+": "+name) || strings.Contains(l, name+" backend:") {
+			t.Errorf("env ls stderr repeats %s:\n%s", name, errs)
+		}
+	}
+	// The configured backend is local, which keeps nothing: rm finds the
+	// key on docker.
+	out, errs, code = runBerth(t, env, "env", "rm", key)
+	if code != 0 || !strings.Contains(out, `removed docker environment "`+key+`"`) {
+		t.Fatalf("env rm: exit %d\n%s\n%s", code, out, errs)
+	}
+	if out, _, _ = runBerth(t, env, "env", "ls"); strings.Contains(out, key) {
+		t.Errorf("still listed after rm:\n%s", out)
+	}
+	if _, errs, code = runBerth(t, env, "env", "rm", key); code == 0 || !strings.Contains(errs, `no environment "`+key+`"`) {
+		t.Errorf("rm of a key that is gone: exit %d: %s", code, errs)
+	}
+}
