@@ -27,6 +27,9 @@ type Options struct {
 	// Getenv looks up a variable in the environment berth was started with,
 	// including the .env file beside the config. Nil means os.Getenv.
 	Getenv func(string) string
+	// Progress, when not nil, hears about long set-up steps (Begin); the
+	// CLI shows them on a terminal. Nil means no one is watching.
+	Progress func(Event)
 }
 
 // Factory creates a backend for one environment key.

@@ -38,6 +38,8 @@ type Manager struct {
 	procs   *process.Registry
 	gate    *approval.Gate
 	input   inputLines // unfinished lines of input to processes, for the gate
+	// progress hears about backends' long set-up steps; nil: nobody.
+	progress func(backend.Event)
 
 	mu      sync.Mutex
 	envs    map[string]*entry
@@ -138,6 +140,12 @@ func NewWithFactory(cfg *config.Config, log *slog.Logger, factory backend.Factor
 	return m
 }
 
+// SetProgress sends the progress of the backends' long set-up steps (an
+// image pull, a sandbox create, ...) to fn, for a person watching a
+// terminal; call it before the first environment is made. It never reaches
+// a tool's result.
+func (m *Manager) SetProgress(fn func(backend.Event)) { m.progress = fn }
+
 // Processes returns the registry of background processes.
 func (m *Manager) Processes() *process.Registry { return m.procs }
 
@@ -213,7 +221,7 @@ func (m *Manager) create(ctx context.Context, key string) (env *terminal.Environ
 	}()
 	t := m.cfg.Terminal
 	var be backend.Backend
-	opts := backend.Options{Key: key, Config: t, Home: m.cfg.Home, Logger: m.log, Getenv: m.cfg.Getenv}
+	opts := backend.Options{Key: key, Config: t, Home: m.cfg.Home, Logger: m.log, Getenv: m.cfg.Getenv, Progress: m.progress}
 	if m.factory != nil {
 		be, err = m.factory(ctx, opts)
 	} else {

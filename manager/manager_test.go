@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -67,5 +68,21 @@ func TestCloseAllAfterFactoryExitsItsGoroutine(t *testing.T) {
 	}
 	if _, err := m.Env(context.Background(), "k"); !errors.Is(err, manager.ErrClosed) {
 		t.Errorf("Env after CloseAll: %v", err)
+	}
+}
+
+// The progress reporter set on the manager reaches the backend's
+// constructor, which reports its set-up steps through it.
+func TestProgressReachesTheBackend(t *testing.T) {
+	var steps []string
+	m := manager.NewWithFactory(&config.Config{Home: t.TempDir(), Terminal: config.Default().Terminal}, nil,
+		func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
+			opts.Begin("making things", "").End(nil)
+			return nil, errors.New("no backend here")
+		})
+	m.SetProgress(func(ev backend.Event) { steps = append(steps, fmt.Sprintf("%s end=%v", ev.Step, ev.End)) })
+	m.Env(context.Background(), "k")
+	if strings.Join(steps, ";") != "making things end=false;making things end=true" {
+		t.Errorf("events: %q", steps)
 	}
 }

@@ -177,7 +177,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 
 	b.cleanUpOnce(ctx, opts.Config.LifetimeSeconds)
 
-	if err := ensureImage(ctx, cli, b.host, sp.Image); err != nil {
+	if err := ensureImage(ctx, cli, b.host, sp.Image, opts); err != nil {
 		cli.Close()
 		return nil, err
 	}

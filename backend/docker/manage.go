@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -115,9 +116,10 @@ func berthContainers(ctx context.Context, cli *client.Client, host string) ([]co
 }
 
 // ensureImage makes sure image exists locally, pulling it once when it does
-// not. No registry may be reachable: then the error names the image and
-// says to build or import it.
-func ensureImage(ctx context.Context, cli *client.Client, host, image string) error {
+// not; the pull's progress goes to opts.Progress. No registry may be
+// reachable: then the error names the image and says to build or import
+// it.
+func ensureImage(ctx context.Context, cli *client.Client, host, image string, opts backend.Options) error {
 	_, err := cli.ImageInspect(ctx, image)
 	if err == nil {
 		return nil
@@ -125,14 +127,16 @@ func ensureImage(ctx context.Context, cli *client.Client, host, image string) er
 	if !cerrdefs.IsNotFound(err) {
 		return wrap(host, err, "inspect image %s", image)
 	}
+	step := opts.Begin("pulling image "+image, "bytes")
 	pullErr := func() error {
 		resp, err := cli.ImagePull(ctx, image, client.ImagePullOptions{})
 		if err != nil {
 			return err
 		}
 		defer resp.Close()
-		return resp.Wait(ctx)
+		return followPull(ctx, resp, step)
 	}()
+	step.End(pullErr)
 	if pullErr == nil {
 		if _, err := cli.ImageInspect(ctx, image); err == nil {
 			return nil
@@ -144,6 +148,33 @@ func ensureImage(ctx context.Context, cli *client.Client, host, image string) er
 	return fmt.Errorf("docker: image %s is not present locally and pulling it failed (%v); build or import it first "+
 		"(docker build -t %s ., docker load -i image.tar, or docker import rootfs.tar %s), or set terminal.docker_image to an image the daemon has",
 		image, pullErr, image, image)
+}
+
+// followPull reads a pull's messages to its end, reporting the bytes of
+// the layers downloaded so far against their total to step.
+func followPull(ctx context.Context, resp client.ImagePullResponse, step *backend.Step) error {
+	type layer struct{ done, total int64 }
+	layers := map[string]layer{}
+	for jm, err := range resp.JSONMessages(ctx) {
+		if err != nil {
+			return err
+		}
+		if jm.Error != nil {
+			return errors.New(jm.Error.Message)
+		}
+		if jm.ID == "" || jm.Progress == nil || jm.Progress.Total <= 0 {
+			continue
+		}
+		if jm.Status == "Downloading" {
+			layers[jm.ID] = layer{jm.Progress.Current, jm.Progress.Total}
+			var done, total int64
+			for _, l := range layers {
+				done, total = done+l.done, total+l.total
+			}
+			step.Update(done, total)
+		}
+	}
+	return nil
 }
 
 // envAdmin lists, removes and prunes berth's containers for `berth env`,

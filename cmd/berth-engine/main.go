@@ -86,6 +86,7 @@ func (c *common) load() (*config.Config, error) {
 // exits within the grace period plus 3 s, as supervisors expect.
 func withManager(ctx context.Context, cfg *config.Config, fn func(ctx context.Context, m *manager.Manager) error) error {
 	m := manager.New(cfg, slog.Default())
+	m.SetProgress(terminalProgress(os.Stderr))
 	defer func() {
 		budget := 15 * time.Second
 		if at := cli.ShutdownAt.Load(); at != 0 {
