@@ -3,4 +3,4 @@
 // run `go generate ./docs` after changing a key or a rule.
 package docs
 
-//go:generate go run ../internal/docgen/cmd/docgen -out .
+//go:generate go test ../cmd/internal/docgen -run TestPagesAreUpToDate -count=1 -update
