@@ -194,10 +194,11 @@ func (b *Backend) reapOnce(ctx context.Context) {
 func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 	a, err := newAdmin(opts)
 	if err != nil {
+		// The error says what is missing and what to set; the fix adds
+		// only what it does not.
 		return backend.Fingerprint{
-			Summary: "Daytona credentials missing or malformed",
-			Details: []string{err.Error()},
-			Fix:     "set " + EnvAPIKey + " (or " + EnvJWT + " and " + EnvOrg + "), and " + EnvAPIURL + " for a self-hosted Daytona, in the environment or the .env file",
+			Summary: err.Error(),
+			Fix:     "for a self-hosted Daytona, also set " + EnvAPIURL + " to its API's URL",
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -76,7 +77,7 @@ func doctor(ctx context.Context, w io.Writer, cfg *config.Config) bool {
 			dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			fp := reg.Doctor(dctx, backend.Options{Key: "doctor", Config: cfg.Terminal, Home: cfg.Home, Getenv: cfg.Getenv})
 			cancel()
-			line, fix, details = fp.Summary, fp.Fix, fp.Details
+			line, fix, details = tidyFingerprint(name, fp)
 			if fp.Usable {
 				mark = "✓"
 				if name == cfg.Terminal.Backend {
@@ -110,6 +111,30 @@ func doctor(ctx context.Context, w io.Writer, cfg *config.Config) bool {
 		}
 	}
 	return configuredOK
+}
+
+// tidyFingerprint gives each thing a backend's check says one line, once:
+// the backend's name is already in its column, so a "NAME: " prefix goes;
+// a detail that repeats the summary or the fix goes; a fix the summary or
+// a detail already spells out is not printed again.
+func tidyFingerprint(name string, fp backend.Fingerprint) (summary, fix string, details []string) {
+	summary, fix = withoutName(name, fp.Summary), withoutName(name, fp.Fix)
+	for _, d := range fp.Details {
+		d = withoutName(name, d)
+		if d == "" || strings.Contains(summary, d) || fix != "" && strings.Contains(fix, d) {
+			continue
+		}
+		details = append(details, d)
+	}
+	if fix != "" {
+		for _, said := range append([]string{summary}, details...) {
+			if strings.Contains(said, fix) {
+				fix = ""
+				break
+			}
+		}
+	}
+	return summary, fix, details
 }
 
 func source(cfg *config.Config, key string) string {

@@ -115,3 +115,58 @@ func TestConfigDeclaredKeys(t *testing.T) {
 		t.Errorf("--backend help lacks the missing backends %v: %q", missing, flagLine)
 	}
 }
+
+// Each thing a backend's check says is one line, once: no line of berth
+// doctor repeats a long run of another's words (a summary that holds its
+// own fix, a detail that restates the summary), no line restates the
+// backend's name before its message, and the report ends with a newline.
+// Here with no credentials for the cloud backends and no Apptainer, where
+// each has something to say.
+func TestDoctorSaysEachThingOnce(t *testing.T) {
+	tmp := t.TempDir()
+	env := map[string]string{"BERTH_HOME": tmp + "/berth", "HOME": tmp, "PATH": "/nonexistent"}
+	cfg, err := config.Load(config.LoadOptions{Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	doctor(context.Background(), &out, cfg)
+	text := strings.ReplaceAll(out.String(), tmp, "~")
+	if !strings.HasSuffix(text, "\n") {
+		t.Errorf("doctor output does not end with a newline: %q", text[max(0, len(text)-80):])
+	}
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	for i, a := range lines {
+		a = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(a), "fix:"))
+		for _, name := range backend.Names() {
+			if strings.Contains(a, " "+name+" ") && (strings.Contains(a, name+": ") || strings.Contains(a, name+" backend: ")) {
+				t.Errorf("line %d restates the backend's name: %q", i, a)
+			}
+		}
+		for j := i + 1; j < len(lines); j++ {
+			b := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(lines[j]), "fix:"))
+			if common := longestCommon(a, b); len(common) >= 40 {
+				t.Errorf("lines %d and %d both say %q:\n%s\n%s", i, j, common, lines[i], lines[j])
+			}
+		}
+	}
+}
+
+// longestCommon returns the longest substring a and b share.
+func longestCommon(a, b string) string {
+	best := ""
+	prev := make([]int, len(b)+1)
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		for j := 1; j <= len(b); j++ {
+			if a[i-1] == b[j-1] {
+				cur[j] = prev[j-1] + 1
+				if cur[j] > len(best) {
+					best = a[i-cur[j] : i]
+				}
+			}
+		}
+		prev = cur
+	}
+	return best
+}
