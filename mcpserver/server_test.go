@@ -103,7 +103,11 @@ func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any)
 	defer cancel()
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
-		t.Fatalf("%s %v: %v", name, args, err)
+		shown := fmt.Sprint(args)
+		if len(shown) > 300 {
+			shown = shown[:300] + fmt.Sprintf("... (%d bytes)", len(shown))
+		}
+		t.Fatalf("%s %s: %v", name, shown, err)
 	}
 	return decode(t, res), res.IsError
 }
