@@ -322,6 +322,11 @@ print("done %d threads" % len(tids))'`)
 		c.Wait()
 	}()
 	innerPid := <-inner
+	// kill -9 -1 unconfined ends every process the user may signal on
+	// this machine (as root: all of them). Never without the guard.
+	if !d.Enforced().Signals {
+		t.Fatal("the domain does not confine signals: refusing to run kill -9 -1")
+	}
 	sh(t, d, "kill -9 -1")
 	if !alive(outside.Process.Pid) {
 		t.Fatal("kill -9 -1 inside reached a process outside")
