@@ -12,13 +12,15 @@ import (
 
 // keptCaps are the capabilities a Domain's processes may keep when berth
 // runs with them (as root): Docker's default set without MKNOD, NET_RAW,
-// SETPCAP and SETFCAP. Every capability that reaches past Landlock and the
-// filter (SYS_ADMIN, SYS_MODULE, SYS_RAWIO, SYS_BOOT, SYS_TIME, NET_ADMIN,
-// BPF, DAC_READ_SEARCH's open_by_handle_at, ...) is dropped.
+// SETPCAP, SETFCAP and SYS_CHROOT (a chroot would make the supervisor
+// resolve a path differently from its caller). Every capability that
+// reaches past Landlock and the filter (SYS_ADMIN, SYS_MODULE, SYS_RAWIO,
+// SYS_BOOT, SYS_TIME, NET_ADMIN, BPF, DAC_READ_SEARCH's open_by_handle_at,
+// ...) is dropped.
 var keptCaps = []int{
 	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER,
 	unix.CAP_FSETID, unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID,
-	unix.CAP_NET_BIND_SERVICE, unix.CAP_SYS_CHROOT, unix.CAP_AUDIT_WRITE,
+	unix.CAP_NET_BIND_SERVICE, unix.CAP_AUDIT_WRITE,
 }
 
 func keptMask() uint64 {

@@ -15,33 +15,41 @@
 //     /dev/full, /dev/tty, /dev/random, /dev/urandom). Device nodes cannot
 //     be created anywhere. Reading and executing are not restricted: the
 //     processes read what the user can read.
+//   - Metadata (the supervisor): Landlock leaves chmod, chown, extended
+//     attributes and timestamps alone. The filter hands those calls to a
+//     supervisor goroutine (SECCOMP_RET_USER_NOTIF), which resolves the
+//     caller's path once into a descriptor, checks that the file lies in a
+//     writable tree by walking up its directories, and makes the change on
+//     that descriptor. No set-user-ID or set-group-ID file is made, and
+//     only user.* attributes and ACLs are set.
 //   - Signals (Landlock scopes, ABI 6, Linux 6.12): kill, SIGIO and ptrace
 //     reach only processes of the same domain, so `kill -9 -1` ends the
 //     environment's own processes and nothing else. Abstract unix sockets
-//     outside the domain cannot be connected to either.
+//     outside the domain cannot be connected to either. The Domain's own
+//     thread belongs to the domain but also to berth; the filter refuses
+//     every call that would signal, trace or limit berth through it.
 //   - Unix sockets (seccomp): a unix socket is how a process asks a daemon
 //     outside to act for it (the Docker daemon, the user's D-Bus session
 //     bus and through it systemd, tmux and ssh control sockets, berth's own
 //     daemon) — each a way to write outside the workspace however the
 //     command is spelled. Creating AF_UNIX sockets is refused unless
 //     Policy.UnixSockets; socketpair(2) works. On Landlock ABI 9 the kernel
-//     can restrict connecting to pathname sockets itself, and sockets under
+//     restricts connecting to pathname sockets itself, and sockets under
 //     the writable trees are then allowed.
 //   - Network (Policy.Network): NetworkNone refuses every socket but unix
 //     and netlink ones (seccomp, and Landlock's TCP rights from ABI 4).
-//     NetworkLoopback allows TCP to loopback addresses only: connect(2),
-//     bind(2) and listen(2) are handed to a supervisor goroutine
-//     (SECCOMP_RET_USER_NOTIF) that reads the address once, checks it, and
-//     performs the call itself on the process's own socket (pidfd_getfd),
-//     so the address it checked is the address used; UDP, raw sockets and
-//     TCP Fast Open are refused.
-//   - Always: TIOCSTI and TIOCLINUX ioctls (typing into a terminal) and
-//     io_uring (which would bypass the seccomp checks) are refused; no
-//     process gains privileges through setuid or file capabilities
+//     NetworkLoopback allows TCP to loopback addresses only: the supervisor
+//     takes connect(2), bind(2) and listen(2), copies the address once,
+//     checks the copy and makes the call itself with it on the process's
+//     own socket (pidfd_getfd), so the address it checked is the address
+//     used; a bind to the wildcard address binds loopback; UDP, raw
+//     sockets, SCTP, MPTCP and TCP Fast Open are refused.
+//   - Always: TIOCSTI and TIOCLINUX ioctls (typing into a terminal), chattr
+//     and io_uring (which would bypass the filter) are refused; no process
+//     gains privileges through setuid or file capabilities
 //     (PR_SET_NO_NEW_PRIVS); and when berth runs as root, the capabilities
 //     that reach past these rules (loading modules, raw I/O, mounting,
-//     rebooting, setting the clock, ...) are dropped from every set, which
-//     leaves Docker's default set minus MKNOD and NET_RAW.
+//     rebooting, setting the clock, ...) are dropped from every set.
 //
 // Enforced reports exactly what this kernel enforces; Support says what
 // it offers. New fails, naming what is missing, when the kernel cannot
@@ -53,23 +61,30 @@
 // thread and are inherited by its children; restricting the whole process
 // (go-landlock's usual calls) would confine berth itself, or the Go
 // program that uses berth as a library. A Domain's goroutine locks itself
-// to its OS thread, restricts that thread alone and never unlocks it: the
+// to an OS thread, restricts that thread alone and never unlocks it: the
 // Go runtime then never schedules another goroutine there, creates new
 // threads from a clean template thread instead of cloning a locked one,
-// and ends the thread when the goroutine returns (Close). Every process of
-// the environment is forked from that thread, so they all share one
-// Landlock domain and may signal each other (a timeout's kill helper
-// reaches the command's tree). Restricting costs a few dozen system calls
-// once per environment; a start from the Domain costs what any fork/exec
-// costs (see the package benchmarks).
+// and ends the thread when the goroutine returns (Close). The main thread
+// is never used: its id is the process's, so confining it would put berth
+// itself in the domain. Every process of the environment is forked from
+// the one thread, so they all share one Landlock domain and may signal
+// each other (a timeout's kill helper reaches the command's tree).
+//
+// Measured on the 2-core test machine (heavily loaded; see BenchmarkNew,
+// BenchmarkStart and BenchmarkChmod): confining costs about 4 ms once per
+// environment; a start from the Domain costs what a plain fork/exec costs;
+// a metadata call pays a round trip to the supervisor (tenths of a
+// millisecond); other system calls pay nothing, since the kernel caches the
+// filter's verdict for every call whose verdict does not depend on its
+// arguments.
 //
 // A re-executed helper would work for both binaries, but every start would
 // pay for a second exec and a Go runtime start, and a Go program using
-// berth as a library would have to call a hook from its main. bubblewrap
-// cannot scope signals without a PID namespace per start (which would hide
-// the shell's processes from the kill helper started next to it), needs
-// unprivileged user namespaces or a setuid binary, and is an external
-// program; it adds about 2 ms to each start here.
+// berth as a library would need a hook in its main. bubblewrap cannot scope
+// signals without a PID namespace per start (which would hide the shell's
+// processes from the kill helper started next to it), needs unprivileged
+// user namespaces or a setuid binary, is an external program, and made a
+// start about five times slower here.
 package confine
 
 import (
