@@ -292,9 +292,9 @@ func TestWorkspaceKillMinusOne(t *testing.T) {
 	if err := outside.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { outside.Process.Kill(); outside.Wait() }()
 	exited := make(chan struct{})
 	go func() { outside.Wait(); close(exited) }()
+	defer func() { outside.Process.Kill(); <-exited }()
 
 	env, err := m.Env(ctx, "kill")
 	if err != nil {
