@@ -160,9 +160,10 @@ func (l *Local) Start(ctx context.Context, spec backend.ProcSpec) (backend.Proce
 func (l *Local) NativeFS() bool { return l.sb == nil }
 
 // Isolation implements backend.Isolator: IsolationWorkspace when the kernel
-// confines the environment's writes, else IsolationNone.
+// confines the environment's writes (and no daemon can write for it over a
+// unix socket), else IsolationNone.
 func (l *Local) Isolation() backend.Isolation {
-	if l.sb != nil && l.sb.conf.Writable != nil {
+	if l.sb != nil && l.sb.isolated {
 		return backend.IsolationWorkspace
 	}
 	return backend.IsolationNone

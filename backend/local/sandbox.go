@@ -72,9 +72,10 @@ var configKeys = []config.Key{
 
 // sandbox is the kernel confinement of one local environment.
 type sandbox struct {
-	domain *confine.Domain
-	tmp    string // the environment's private temporary directory
-	conf   backend.Confinement
+	domain   *confine.Domain
+	tmp      string // the environment's private temporary directory
+	conf     backend.Confinement
+	isolated bool // the kernel holds writes to conf.Writable: IsolationWorkspace
 }
 
 // newSandbox confines the environment whose working directory is dir as
@@ -147,7 +148,11 @@ func newSandbox(dir string, opts backend.Options, log *slog.Logger) (*sandbox, e
 		log.Warn("local: workspace confinement is partial on this kernel (terminal.local_sandbox_fallback=partial)",
 			"missing", strings.Join(e.Missing, "; "))
 	}
-	sb := &sandbox{domain: d, tmp: tmp, conf: backend.Confinement{Writable: e.Writable, Signals: e.Signals}}
+	sb := &sandbox{domain: d, tmp: tmp, conf: backend.Confinement{Writable: e.Writable, Signals: e.Signals},
+		// A daemon reachable over a unix socket (docker, systemd over
+		// D-Bus) writes wherever a command asks it to: with those open,
+		// the writable trees are not the whole truth.
+		isolated: e.Writable != nil && e.UnixSockets}
 	if e.Network != confine.NetworkAll {
 		sb.conf.Network = string(e.Network)
 	}

@@ -405,6 +405,17 @@ func TestWorkspaceReportsConfinement(t *testing.T) {
 		t.Fatal("Start after Close")
 	}
 
+	// With unix sockets open a daemon can write for a command: no
+	// isolation is claimed.
+	open, err := local.New(backend.Options{Config: sandboxConfig(t, t.TempDir(), map[string]any{"local_sandbox_unix_sockets": true}).Terminal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close(context.Background())
+	if backend.IsolationOf(open) != backend.IsolationNone || open.NativeFS() {
+		t.Fatal("with local_sandbox_unix_sockets: true the backend claims isolation, or writes natively")
+	}
+
 	off, err := local.New(backend.Options{Config: config.Default().Terminal})
 	if err != nil {
 		t.Fatal(err)
