@@ -94,7 +94,7 @@ func kernelLine(s confine.Support) string {
 func workspaceLine(s confine.Support, p confine.Policy) string {
 	var on, off []string
 	if s.ABI >= 3 {
-		on = append(on, "writes only under the working directory, its temp directory and local_sandbox_writable")
+		on = append(on, "writes, chmod and chown only under the working directory, its temp directory and local_sandbox_writable")
 	} else {
 		off = append(off, "writes")
 	}
