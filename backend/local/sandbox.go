@@ -70,6 +70,9 @@ var configKeys = []config.Key{
 		Help: "berth: where the kernel cannot enforce workspace mode: refuse to run, run partial (what it can enforce), or off (unconfined)"},
 }
 
+// confineNew makes the confinement (tests pretend to be another kernel).
+var confineNew = confine.New
+
 // sandbox is the kernel confinement of one local environment.
 type sandbox struct {
 	domain   *confine.Domain
@@ -127,7 +130,7 @@ func newSandbox(dir string, opts backend.Options, log *slog.Logger) (*sandbox, e
 		UnixSockets: t.Bool(keyUnixSockets),
 		Partial:     fallback == FallbackPartial,
 	}
-	d, err := confine.New(pol)
+	d, err := confineNew(pol)
 	var unsup *confine.UnsupportedError
 	switch {
 	case errors.As(err, &unsup) && fallback == FallbackOff:

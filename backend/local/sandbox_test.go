@@ -504,3 +504,29 @@ func TestConformanceWorkspace(t *testing.T) {
 		return be
 	}, backendtest.Options{Scratch: ws})
 }
+
+func TestDoctorShowsConfinement(t *testing.T) {
+	requireConfinement(t)
+	reg, ok := backend.Lookup("local")
+	if !ok || reg.Doctor == nil {
+		t.Fatal("no local doctor")
+	}
+	cfg := sandboxConfig(t, t.TempDir(), map[string]any{"local_sandbox_network": "none"})
+	fp := reg.Doctor(context.Background(), backend.Options{Config: cfg.Terminal})
+	all := strings.Join(fp.Details, "\n")
+	for _, want := range []string{
+		fmt.Sprintf("Landlock ABI %d: filesystem writes", confine.Probe().ABI),
+		"local_sandbox=off: no kernel confinement",
+		"local_sandbox=workspace here: writes, chmod and chown only under the working directory",
+		"signals and ptrace only within the environment",
+		"no network",
+		"configured: local_sandbox=workspace, network=none, unix_sockets=false, fallback=refuse: enforced in full",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("doctor details lack %q:\n%s", want, all)
+		}
+	}
+	if !fp.Usable {
+		t.Errorf("doctor: not usable: %+v", fp)
+	}
+}
