@@ -26,7 +26,10 @@ require (
 	mvdan.cc/sh/v3 v3.14.1
 )
 
-require github.com/pelletier/go-toml/v2 v2.2.4
+require (
+	github.com/landlock-lsm/go-landlock v0.11.2
+	github.com/pelletier/go-toml/v2 v2.2.4
+)
 
 require (
 	github.com/Microsoft/go-winio v0.6.2 // indirect
@@ -65,4 +68,5 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20250428153025-10db94c68c34 // indirect
+	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
 )

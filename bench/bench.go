@@ -39,6 +39,31 @@ func summarise(d []time.Duration) Stats {
 	return Stats{N: len(d), P50: d[len(d)/2], P90: d[len(d)*9/10], Mean: sum / time.Duration(len(d))}
 }
 
+// Summarise returns the statistics of a series of timings (it sorts d).
+func Summarise(d []time.Duration) Stats { return summarise(d) }
+
+// EnvStart times n environment starts: each time, create makes a fresh
+// environment, the trivial command runs in it, and the environment is
+// closed; the time is from the call to create to the command's result,
+// what a first call costs. Closing is not timed.
+func EnvStart(ctx context.Context, create func(ctx context.Context) (*terminal.Environment, error), n int) (Stats, error) {
+	d := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		env, err := create(ctx)
+		if err != nil {
+			return Stats{}, fmt.Errorf("bench: environment start %d: %w", i, err)
+		}
+		r := env.Run(ctx, terminal.Request{Command: TrivialCommand})
+		d = append(d, time.Since(start))
+		env.Close(ctx)
+		if r.Error != nil || r.ExitCode != 0 {
+			return Stats{}, fmt.Errorf("bench: environment start %d: exit %d %v", i, r.ExitCode, r.Error)
+		}
+	}
+	return summarise(d), nil
+}
+
 // TrivialCommand is what the latency measurements run.
 const TrivialCommand = "true"
 

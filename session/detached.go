@@ -82,7 +82,7 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 		s.mu.Unlock()
 		return nil, err
 	}
-	cwd, exports, bash := s.cwd, s.exports, s.sh.bash
+	cwd, exports, bash, tmp := s.cwd, s.exports, s.sh.bash, s.sh.tmp
 	s.mu.Unlock()
 
 	var pre strings.Builder
@@ -118,7 +118,7 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 	var p backend.Process
 	var err error
 	if tty {
-		p, err = s.startDetachedTTY(ctx, mark, sh, pre.String())
+		p, err = s.startDetachedTTY(ctx, mark, sh, tmp, pre.String())
 	} else {
 		p, err = s.be.Start(ctx, backend.ProcSpec{Argv: markArgv(mark, sh, "-c", detachedWrapper, "berth-bg")})
 		if err == nil {
@@ -211,8 +211,8 @@ __berth_f=$1
 // startDetachedTTY writes the preamble to a 0600 file inside the target
 // (content on stdin, never in argv), then starts the wrapper on a terminal
 // to source it.
-func (s *Session) startDetachedTTY(ctx context.Context, mark, sh, preamble string) (backend.Process, error) {
-	file := "/tmp/.berth-bg-" + nonce()
+func (s *Session) startDetachedTTY(ctx context.Context, mark, sh, tmp, preamble string) (backend.Process, error) {
+	file := tmpDir(tmp) + "/.berth-bg-" + nonce()
 	if err := s.putFile(ctx, file, []byte("command rm -f \"$__berth_f\"\n"+preamble)); err != nil {
 		return nil, err
 	}

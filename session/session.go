@@ -287,6 +287,15 @@ func (s *Session) stopShell() {
 	s.sh = nil
 }
 
+// tmpDir is the directory for the session's private files: the shell's
+// $TMPDIR (a confined environment may write nowhere else), else /tmp.
+func tmpDir(shellTmp string) string {
+	if t := strings.TrimRight(shellTmp, "/"); strings.HasPrefix(t, "/") {
+		return t
+	}
+	return "/tmp"
+}
+
 // nonce is a fresh random marker for framing one command.
 func nonce() string { return randhex.String(12) }
 
@@ -443,7 +452,7 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 	switch {
 	case len(req.Stdin) > stdinInline:
 		// Large input goes to a private file through a helper process.
-		path := "/tmp/.berth-in-" + nonce()
+		path := tmpDir(s.sh.tmp) + "/.berth-in-" + nonce()
 		if err := s.putFile(ctx, path, req.Stdin); err != nil {
 			return Result{}, err
 		}

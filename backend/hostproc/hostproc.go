@@ -54,6 +54,20 @@ import (
 // Stdout ends at most backend.WaitDelay after Wait has returned, even when a
 // descendant keeps the output open.
 func Start(cmd *exec.Cmd, tty bool) (backend.Process, error) {
+	return StartOn(nil, cmd, tty)
+}
+
+// Thread runs functions on one OS thread whose state — security
+// restrictions, and the PR_SET_PDEATHSIG parent — the processes forked
+// there inherit (a confine.Domain).
+type Thread interface {
+	Do(fn func()) error
+}
+
+// StartOn is Start with the fork made on thread t instead of berth's own
+// fork thread: the process inherits t's restrictions and gets its death
+// signal when t ends. A nil t is Start.
+func StartOn(t Thread, cmd *exec.Cmd, tty bool) (backend.Process, error) {
 	if cmd.Stdin != nil || cmd.Stdout != nil || cmd.Stderr != nil || cmd.SysProcAttr != nil {
 		return nil, errors.New("hostproc: Start owns the command's stdio and SysProcAttr; leave them unset")
 	}
@@ -64,13 +78,27 @@ func Start(cmd *exec.Cmd, tty bool) (backend.Process, error) {
 	if cmd.Env == nil {
 		cmd.Env = os.Environ()
 	}
+	// The descriptors are opened here, on the caller's thread: a
+	// restricted thread may not be allowed to open a terminal.
+	pr, err := prepare(cmd, name, tty)
+	if err != nil {
+		return nil, err
+	}
 	var p backend.Process
-	var err error
-	onForkThread(func() {
+	fork := func() {
 		cmd.Env = append(cmd.Env, OwnerVar+"="+Owner())
 		closeInherited()
-		p, err = start(cmd, name, tty)
-	})
+		p, err = pr.fork()
+	}
+	if t == nil {
+		onForkThread(fork)
+		return p, err
+	}
+	setupOnce()
+	if terr := t.Do(fork); terr != nil {
+		pr.abort()
+		return nil, fmt.Errorf("hostproc: start %s: %w", name, terr)
+	}
 	return p, err
 }
 
@@ -86,6 +114,16 @@ var (
 // by another goroutine nor torn down by the runtime, so children die with
 // berth and only then.
 func onForkThread(fn func()) {
+	setupOnce()
+	done := make(chan struct{})
+	forks <- func() { fn(); close(done) }
+	<-done
+}
+
+// setupOnce prepares berth for its first child: it hardens berth, starts
+// the guardian and the reaping of an earlier berth's leftovers, and the
+// fork thread.
+func setupOnce() {
 	forkOnce.Do(func() {
 		Harden()
 		startGuardian()
@@ -104,19 +142,29 @@ func onForkThread(fn func()) {
 			}
 		}()
 	})
-	done := make(chan struct{})
-	forks <- func() { fn(); close(done) }
-	<-done
 }
 
-func start(cmd *exec.Cmd, name string, tty bool) (backend.Process, error) {
+// prepared is a command with its descriptors open, ready to fork.
+type prepared struct {
+	cmd  *exec.Cmd
+	name string
+	// with a terminal: the pty master and the terminal the child gets
+	ptmx, tty *os.File
+	// without: our ends of the stdin and output pipes, and the child's
+	// output end
+	stdin  io.WriteCloser
+	pr, pw *os.File
+}
+
+func prepare(cmd *exec.Cmd, name string, tty bool) (*prepared, error) {
 	if tty {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL}
-		f, err := pty.Start(cmd)
+		ptmx, t, err := pty.Open()
 		if err != nil {
 			return nil, fmt.Errorf("hostproc: start %s with a pty: %w", name, err)
 		}
-		return &proc{cmd: cmd, stdin: f, stdout: f, out: boundedOutput{f: f}}, nil
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = t, t, t
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Pdeathsig: syscall.SIGKILL}
+		return &prepared{cmd: cmd, name: name, ptmx: ptmx, tty: t}, nil
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
@@ -129,14 +177,39 @@ func start(cmd *exec.Cmd, name string, tty bool) (backend.Process, error) {
 		return nil, fmt.Errorf("hostproc: output pipe for %s: %w", name, err)
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		stdin.Close()
-		return nil, fmt.Errorf("hostproc: start %s: %w", name, err)
+	return &prepared{cmd: cmd, name: name, stdin: stdin, pr: pr, pw: pw}, nil
+}
+
+// fork starts the prepared command on the calling thread.
+func (p *prepared) fork() (backend.Process, error) {
+	err := p.cmd.Start()
+	if p.tty != nil {
+		p.tty.Close()
+		if err != nil {
+			p.ptmx.Close()
+			return nil, fmt.Errorf("hostproc: start %s with a pty: %w", p.name, err)
+		}
+		return &proc{cmd: p.cmd, stdin: p.ptmx, stdout: p.ptmx, out: boundedOutput{f: p.ptmx}}, nil
 	}
-	pw.Close()
-	return &proc{cmd: cmd, stdin: stdinPipe{stdin}, stdout: pr, out: boundedOutput{f: pr}}, nil
+	p.pw.Close()
+	if err != nil {
+		p.pr.Close()
+		p.stdin.Close()
+		return nil, fmt.Errorf("hostproc: start %s: %w", p.name, err)
+	}
+	return &proc{cmd: p.cmd, stdin: stdinPipe{p.stdin}, stdout: p.pr, out: boundedOutput{f: p.pr}}, nil
+}
+
+// abort releases the descriptors of a command that will not be started.
+func (p *prepared) abort() {
+	for _, f := range []*os.File{p.ptmx, p.tty, p.pr, p.pw} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if p.stdin != nil {
+		p.stdin.Close()
+	}
 }
 
 // stdinPipe is a process's stdin pipe. os/exec closes it once the process

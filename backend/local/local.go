@@ -6,38 +6,42 @@
 // berth's own /proc/PID/environ), passes no inherited descriptor on, and
 // marks every process so that nothing it started outlives it, even when it
 // is killed with SIGKILL.
+//
+// With terminal.local_sandbox: workspace, every process of the environment
+// is forked from a confine.Domain: the kernel lets it write only under the
+// working directory, its private $TMPDIR and local_sandbox_writable, and
+// signal only the environment's processes, however the command is spelled
+// (README.md in this directory). The backend then reports
+// backend.IsolationWorkspace and its backend.Confinement, and the file
+// tools write through the confined shell (NativeFS is false).
 package local
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backend/hostproc"
+	"github.com/a55dbaac/berth/backend/hostproc/confine"
 )
 
 func init() {
 	backend.Register(backend.Registration{
 		Name:        "local",
-		Description: "this machine, in a process group with credentials stripped from the environment",
+		Description: "this machine, in a process group with credentials stripped from the environment; optionally confined by the kernel (local_sandbox)",
 		HostFS:      true,
+		Keys:        configKeys,
 		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
 			return New(opts)
 		},
-		Doctor: func(ctx context.Context, opts backend.Options) backend.Fingerprint {
-			sh := "sh"
-			if p, err := exec.LookPath("bash"); err == nil {
-				sh = p
-			} else if _, err := exec.LookPath("sh"); err != nil {
-				return backend.Fingerprint{Usable: false, Summary: "no sh or bash on PATH", Fix: "install bash or a POSIX sh"}
-			}
-			return backend.Fingerprint{Usable: true, Summary: "shell " + sh}
-		},
+		Doctor: doctor,
 	})
 }
 
@@ -45,6 +49,7 @@ func init() {
 type Local struct {
 	dir    string
 	env    []string
+	sb     *sandbox // nil: not confined
 	closed atomic.Bool
 }
 
@@ -71,7 +76,20 @@ func New(opts backend.Options) (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local: working directory %q: %w", dir, err)
 	}
-	return &Local{dir: abs, env: FilterEnv(os.Environ(), opts.Config.EnvPassthrough)}, nil
+	l := &Local{dir: abs, env: FilterEnv(os.Environ(), opts.Config.EnvPassthrough)}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	sb, err := newSandbox(abs, opts, log)
+	if err != nil {
+		return nil, err
+	}
+	if sb != nil {
+		l.sb = sb
+		l.env = withTmp(l.env, sb.tmp)
+	}
+	return l, nil
 }
 
 // Name implements backend.Backend.
@@ -83,7 +101,9 @@ func (l *Local) Dir() string { return l.dir }
 // Close implements backend.Backend. The local machine has nothing to tear
 // down; later Starts are refused, as on every backend.
 func (l *Local) Close(ctx context.Context) error {
-	l.closed.Store(true)
+	if !l.closed.Swap(true) && l.sb != nil {
+		l.sb.close()
+	}
 	return nil
 }
 
@@ -119,18 +139,59 @@ func (l *Local) Start(ctx context.Context, spec backend.ProcSpec) (backend.Proce
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir = existing(dir)
 	cmd.Env = append(append([]string(nil), l.env...), spec.Env...)
-	p, err := hostproc.Start(cmd, spec.TTY)
+	var on hostproc.Thread
+	if l.sb != nil {
+		on = l.sb.domain
+	}
+	p, err := hostproc.StartOn(on, cmd, spec.TTY)
 	if err != nil {
+		if errors.Is(err, confine.ErrClosed) {
+			return nil, ErrClosed
+		}
 		return nil, fmt.Errorf("local: %w", err)
 	}
 	return p, nil
 }
 
 // NativeFS implements backend.NativeFS: the environment is this machine's
-// filesystem, seen as the user berth runs as.
-func (l *Local) NativeFS() bool { return true }
+// filesystem, seen as the user berth runs as. Under workspace confinement
+// it reports false, so that the file tools write through the confined
+// shell, never from berth's own unconfined process.
+func (l *Local) NativeFS() bool { return l.sb == nil }
+
+// Isolation implements backend.Isolator: IsolationWorkspace when the kernel
+// confines the environment's writes (and no daemon can write for it over a
+// unix socket), else IsolationNone.
+func (l *Local) Isolation() backend.Isolation {
+	if l.sb != nil && l.sb.isolated {
+		return backend.IsolationWorkspace
+	}
+	return backend.IsolationNone
+}
+
+// Confinement implements backend.Confiner: what the kernel enforces on this
+// environment (the zero value when it is not confined).
+func (l *Local) Confinement() backend.Confinement {
+	if l.sb == nil {
+		return backend.Confinement{}
+	}
+	c := l.sb.conf
+	c.Writable = slices.Clone(c.Writable)
+	return c
+}
+
+// TempDir is the environment's private temporary directory under workspace
+// confinement ($TMPDIR of its commands), "" otherwise.
+func (l *Local) TempDir() string {
+	if l.sb == nil {
+		return ""
+	}
+	return l.sb.tmp
+}
 
 var (
 	_ backend.Backend  = (*Local)(nil)
 	_ backend.NativeFS = (*Local)(nil)
+	_ backend.Isolator = (*Local)(nil)
+	_ backend.Confiner = (*Local)(nil)
 )

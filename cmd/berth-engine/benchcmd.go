@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +25,7 @@ import (
 
 func newBenchCmd() *cobra.Command {
 	var c common
-	var n, spawnN, execN int
+	var n, spawnN, execN, sandboxN int
 	var sizes string
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -38,7 +39,9 @@ whole "berth exec" call (process start included) on a warm environment
 through the background daemon — the light berth front binary next to this
 engine, and the engine itself — against "berth exec --no-daemon" (a
 private berth home, stopped afterwards), and output throughput with the peak memory
-growth of the berth process.`,
+growth of the berth process. On the local backend it also compares
+local_sandbox off and workspace (kernel confinement) in the same run:
+environment start, per-command latency and a new process per command.`,
 		Example: `  berth bench
   berth bench --backend docker -n 1000
   berth bench --sizes 100MB,1GB`,
@@ -106,6 +109,11 @@ growth of the berth process.`,
 						fmt.Printf("(no berth front binary next to %s: the warm row is the engine's)\n\n", r.engineExe)
 					}
 				}
+				if sandboxN > 0 && declares(cfg.Terminal.Backend, sandboxKey) {
+					if err := benchSandbox(ctx, cfg, n, spawnN, sandboxN); err != nil {
+						return err
+					}
+				}
 				if len(sz) > 0 {
 					fmt.Printf("%-34s %10s %12s %14s\n", "output volume", "time", "throughput", "peak RSS growth")
 					for _, s := range sz {
@@ -131,7 +139,93 @@ growth of the berth process.`,
 	cmd.Flags().IntVar(&spawnN, "spawn-n", 100, "baseline calls to time")
 	cmd.Flags().IntVar(&execN, "exec-n", 20, "whole berth exec calls to time, each way (0 to skip)")
 	cmd.Flags().StringVar(&sizes, "sizes", "100MB,1GB", "output volumes for the throughput test (empty to skip)")
+	cmd.Flags().IntVar(&sandboxN, "sandbox-n", 10, "environment starts to time in each "+sandboxKey+" mode, where the backend has one (0 to skip)")
 	return cmd
+}
+
+// sandboxKey is the setting of a backend that confines its commands in the
+// kernel (the local backend's); berth bench compares its modes.
+const sandboxKey = "local_sandbox"
+
+// declares reports whether backend name declares the configuration key.
+func declares(name, key string) bool {
+	reg, ok := backend.Lookup(name)
+	if !ok {
+		return false
+	}
+	for _, k := range reg.Keys {
+		if k.Name == key {
+			return true
+		}
+	}
+	return false
+}
+
+// benchSandbox compares the configured backend unconfined (sandboxKey off)
+// and confined (workspace) in the same run, each in a fresh working
+// directory: environment start (interleaved, starts times each), a
+// trivial command through the persistent session (n calls), and a new
+// process per command (spawnN).
+func benchSandbox(ctx context.Context, cfg *config.Config, n, spawnN, starts int) error {
+	modes := []string{"off", "workspace"}
+	type figures struct{ start, lat, spawn bench.Stats }
+	got := make([]figures, len(modes))
+	mgrs := make([]*manager.Manager, len(modes))
+	for i, mode := range modes {
+		c := *cfg
+		dir, err := os.MkdirTemp("", "berth-bench-sandbox-")
+		if err != nil {
+			return fmt.Errorf("bench: working directory: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		c.Terminal.Cwd = dir
+		if err := c.Terminal.Set(sandboxKey, mode); err != nil {
+			return err
+		}
+		m := manager.New(&c, slog.Default())
+		defer m.CloseAll(context.Background())
+		mgrs[i] = m
+	}
+	startTimes := make([][]time.Duration, len(modes))
+	for r := range starts {
+		for i, m := range mgrs {
+			key := fmt.Sprintf("bench-start-%d", r)
+			s, err := bench.EnvStart(ctx, func(ctx context.Context) (*terminal.Environment, error) { return m.Env(ctx, key) }, 1)
+			if err != nil {
+				return fmt.Errorf("%s=%s: %w", sandboxKey, modes[i], err)
+			}
+			m.Close(ctx, key)
+			startTimes[i] = append(startTimes[i], s.P50)
+		}
+	}
+	for i, m := range mgrs {
+		got[i].start = bench.Summarise(startTimes[i])
+		env, err := m.Env(ctx, "bench-latency")
+		if err != nil {
+			return fmt.Errorf("%s=%s: %w", sandboxKey, modes[i], err)
+		}
+		if got[i].lat, err = bench.Latency(ctx, env, n); err != nil {
+			return err
+		}
+		if got[i].spawn, err = bench.Spawn(ctx, env.Backend(), spawnN); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("%s: kernel confinement, same run   %21s %21s\n", sandboxKey, "off (p50 / p90)", "workspace (p50 / p90)")
+	row := func(name string, f func(figures) bench.Stats) {
+		a, b := f(got[0]), f(got[1])
+		fmt.Printf("%-38s %21s %21s   %+.1f%% at p50\n", name, ms2(a), ms2(b), 100*(float64(b.P50)/float64(a.P50)-1))
+	}
+	row(fmt.Sprintf("environment start to first result (%d)", starts), func(f figures) bench.Stats { return f.start })
+	row(fmt.Sprintf("per trivial command, berth (%d)", n), func(f figures) bench.Stats { return f.lat })
+	row(fmt.Sprintf("new process per command (%d)", spawnN), func(f figures) bench.Stats { return f.spawn })
+	fmt.Println()
+	return nil
+}
+
+// ms2 prints p50 / p90 in milliseconds.
+func ms2(s bench.Stats) string {
+	return fmt.Sprintf("%.3f / %.3f ms", float64(s.P50)/float64(time.Millisecond), float64(s.P90)/float64(time.Millisecond))
 }
 
 // execTimes are the whole-call timings of benchExec.
