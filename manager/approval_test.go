@@ -522,3 +522,15 @@ func TestFloorHoldsForInputToProcesses(t *testing.T) {
 		t.Errorf("what reached the process:\n%q\nwant\n%q", got, want)
 	}
 }
+
+// A workspace-confined environment is this machine's filesystem even
+// though its file tools go through the shell: a write to berth's own
+// configuration meets the write-berth-config rule there too.
+func TestWorkspaceConfinedKnowsBerthsFiles(t *testing.T) {
+	m, _ := setupIsolated(t, "", backend.IsolationWorkspace)
+	_, err := m.WriteFile(context.Background(), "k", m.Config().Path, "approvals:\n  mode: \"off\"\n")
+	var be *approval.BlockedError
+	if !errors.As(err, &be) || be.Decision.Rule != "write-berth-config" {
+		t.Errorf("write to berth's config under workspace confinement: %v", err)
+	}
+}

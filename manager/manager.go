@@ -116,7 +116,15 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 			c.SignalsConfined = conf.Signals
 		}
 		c.Cwd = env.Session().Cwd()
-		if fs, ok := be.(backend.NativeFS); ok && fs.NativeFS() {
+		// berth's own files and the home are this machine's when the
+		// environment is: natively, or confined to its workspace on it (the
+		// file tools then take the confined shell, but the paths are the
+		// same).
+		native := false
+		if fs, ok := be.(backend.NativeFS); ok {
+			native = fs.NativeFS()
+		}
+		if native || backend.IsolationOf(be) == backend.IsolationWorkspace {
 			if h := m.cfg.Getenv("HOME"); h != "" {
 				c.Home = h
 			} else {
