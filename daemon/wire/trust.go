@@ -46,13 +46,13 @@ func checkPrivateDir(what, dir string) error {
 	switch {
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
 		target, _ := filepath.EvalSymlinks(dir)
-		return fmt.Errorf("daemon: %s %s is a symbolic link (to %s): %w, since whoever may change the link chooses where berth's daemon listens; set BERTH_HOME to the directory itself, or run with --no-daemon", what, dir, target, ErrUntrusted)
+		return fmt.Errorf("daemon: %s %s is a symbolic link (to %s): %w, since whoever may change the link chooses where berth's daemon listens; set BERTH_HOME to the directory itself", what, dir, target, ErrUntrusted)
 	case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return fmt.Errorf("daemon: %s %s is not a directory; remove it, or run with --no-daemon", what, dir)
+		return fmt.Errorf("daemon: %s %s is not a directory; remove it", what, dir)
 	case st.Uid != me:
-		return fmt.Errorf("daemon: %s %s belongs to %s, not to you (%s): %w, since its owner could plant the daemon's socket there and receive your commands; use a BERTH_HOME of your own (e.g. ~/.berth), or run with --no-daemon", what, dir, ownerName(st.Uid), ownerName(me), ErrUntrusted)
+		return fmt.Errorf("daemon: %s %s belongs to %s, not to you (%s): %w, since its owner could plant the daemon's socket there and receive your commands; use a BERTH_HOME of your own (e.g. ~/.berth)", what, dir, ownerName(st.Uid), ownerName(me), ErrUntrusted)
 	case st.Mode&0o022 != 0:
-		return fmt.Errorf("daemon: %s %s is writable by group or others (mode %04o): %w, since they could plant the daemon's socket there and receive your commands; run `chmod go-w %s`, or run with --no-daemon", what, dir, mode, ErrUntrusted, dir)
+		return fmt.Errorf("daemon: %s %s is writable by group or others (mode %04o): %w, since they could plant the daemon's socket there and receive your commands; run `chmod go-w %s`", what, dir, mode, ErrUntrusted, dir)
 	}
 	return nil
 }
