@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"net"
@@ -76,19 +75,52 @@ type confinement struct {
 	seccomp  string
 }
 
+// readHead reads up to len(buf) bytes of a /proc file with one read:
+// these files are generated whole on the first read, and the daemon reads
+// a caller's at every connection.
+func readHead(path string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	n, err := unix.Read(fd, buf)
+	if err != nil {
+		return nil, &os.PathError{Op: "read", Path: path, Err: err}
+	}
+	return buf[:n], nil
+}
+
+// rootMount returns the mount ID and root of the first mount on "/" in a
+// mountinfo text ("" if none): the same in one mount namespace (and
+// root), different in any other, whose mounts are copies with new IDs.
+func rootMount(mountinfo []byte) string {
+	for len(mountinfo) > 0 {
+		line, rest, _ := bytes.Cut(mountinfo, []byte("\n"))
+		mountinfo = rest
+		// ID parent major:minor root mountpoint ...
+		if f := strings.Fields(string(line)); len(f) > 4 && f[4] == "/" {
+			return f[0] + " " + f[3]
+		}
+	}
+	return ""
+}
+
 // readConfinement reads the confinement of process pid ("self" for this
 // one).
 func readConfinement(pid string) (confinement, error) {
 	var c confinement
 	dir := "/proc/" + pid
-	status, err := os.ReadFile(dir + "/status")
+	buf := make([]byte, 8<<10)
+	status, err := readHead(dir+"/status", buf)
 	if err != nil {
 		return c, err
 	}
 	var sec []string
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
+	for len(status) > 0 {
+		line, rest, _ := bytes.Cut(status, []byte("\n"))
+		status = rest
+		k, v, _ := strings.Cut(string(line), ":")
 		v = strings.TrimSpace(v)
 		switch k {
 		case "NSpid":
@@ -98,15 +130,17 @@ func readConfinement(pid string) (confinement, error) {
 		}
 	}
 	c.seccomp = strings.Join(sec, " ")
-	mounts, err := os.ReadFile(dir + "/mountinfo")
+	// The root mount comes first; a whole read only if it does not.
+	mounts, err := readHead(dir+"/mountinfo", buf)
 	if err != nil {
 		return c, err
 	}
-	for _, line := range strings.Split(string(mounts), "\n") {
-		// ID parent major:minor root mountpoint ...
-		if f := strings.Fields(line); len(f) > 4 && f[4] == "/" {
-			c.mnt = f[0] + " " + f[3] // the last root mount is the one on top
+	if c.mnt = rootMount(mounts); c.mnt == "" {
+		all, err := os.ReadFile(dir + "/mountinfo")
+		if err != nil {
+			return c, err
 		}
+		c.mnt = rootMount(all)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(dir+"/net/dev", &st); err != nil {
@@ -114,7 +148,7 @@ func readConfinement(pid string) (confinement, error) {
 	}
 	c.net = st.Ino
 	for _, m := range []string{"uid_map", "gid_map"} {
-		b, err := os.ReadFile(dir + "/" + m)
+		b, err := readHead(dir+"/"+m, buf)
 		if err != nil {
 			return c, err
 		}

@@ -145,3 +145,13 @@ func TestDaemonRefusesSandboxedCallers(t *testing.T) {
 		t.Fatalf("unsandboxed client's command did not run: %v", err)
 	}
 }
+
+// BenchmarkReadConfinement: what the peer check reads of a caller, once
+// per connection.
+func BenchmarkReadConfinement(b *testing.B) {
+	for b.Loop() {
+		if _, err := readConfinement("self"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
