@@ -135,9 +135,13 @@ func (s *Server) loadConfig(in wire.Inputs, ce *callerEnv) (*loaded, error) {
 	if filepath.Clean(cfg.Home) != filepath.Clean(s.opts.Home) {
 		return nil, fmt.Errorf("this berth daemon serves home %s, the caller's is %s", s.opts.Home, cfg.Home)
 	}
+	path, _, err := config.ResolvePath(in.ConfigPath, ref.Getenv)
+	if err != nil {
+		return nil, err
+	}
 	for _, f := range []struct{ what, path string }{
-		{"the configuration file", cfg.Path},
-		{"the .env file", filepath.Join(filepath.Dir(cfg.Path), ".env")},
+		{"the configuration file", path},
+		{"the .env file", filepath.Join(filepath.Dir(path), ".env")},
 	} {
 		warn, err := wire.CheckFile(f.what, f.path)
 		if err != nil {

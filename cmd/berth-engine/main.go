@@ -76,7 +76,7 @@ func (c *common) load() (*config.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkConfigFiles(cfg); err != nil {
+	if err := checkConfigFiles(cfg, c.ConfigPath); err != nil {
 		return nil, err
 	}
 	for _, w := range cfg.Warnings {
@@ -85,13 +85,18 @@ func (c *common) load() (*config.Config, error) {
 	return cfg, nil
 }
 
-// checkConfigFiles refuses a configuration file or .env that another user
-// may write (wire.CheckFile), as the daemon does, and adds a warning for
-// one its group may write.
-func checkConfigFiles(cfg *config.Config) error {
+// checkConfigFiles refuses a configuration file or .env (the files
+// config.Load read for --config configPath) that another user may write
+// (wire.CheckFile), as the daemon does, and adds a warning for one its
+// group may write.
+func checkConfigFiles(cfg *config.Config, configPath string) error {
+	path, _, err := config.ResolvePath(configPath, os.Getenv)
+	if err != nil {
+		return err
+	}
 	for _, f := range []struct{ what, path string }{
-		{"the configuration file", cfg.Path},
-		{"the .env file", filepath.Join(filepath.Dir(cfg.Path), ".env")},
+		{"the configuration file", path},
+		{"the .env file", filepath.Join(filepath.Dir(path), ".env")},
 	} {
 		warn, err := wire.CheckFile(f.what, f.path)
 		if err != nil {
