@@ -262,7 +262,7 @@ type remoteAsker struct {
 
 // Ask sends the question to the caller and waits for its answer.
 func (a *remoteAsker) Ask(ctx context.Context, q approval.Question) (approval.Answer, error) {
-	b, err := json.Marshal(q)
+	b, err := wire.MarshalJSON(q)
 	if err != nil {
 		return "", fmt.Errorf("%w: encode the question: %v", approval.ErrCannotAsk, err)
 	}
