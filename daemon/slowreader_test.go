@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,9 +16,14 @@ import (
 
 // stuckWriter is a caller's terminal that stops taking output (Ctrl-Z, a
 // pipe to a reader that never reads) until released.
-type stuckWriter struct{ release chan struct{} }
+type stuckWriter struct {
+	release chan struct{}
+	once    sync.Once
+	began   chan struct{} // closed at the first write: the command runs
+}
 
 func (w *stuckWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.began) })
 	<-w.release
 	return len(p), nil
 }
@@ -48,7 +54,7 @@ func TestStuckReaderDoesNotHoldTheTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stuck.Close()
-	w := &stuckWriter{release: make(chan struct{})}
+	w := &stuckWriter{release: make(chan struct{}), began: make(chan struct{})}
 	type result struct {
 		r   *wire.Reply
 		err error
@@ -66,10 +72,14 @@ func TestStuckReaderDoesNotHoldTheTimeout(t *testing.T) {
 		}
 	}()
 
-	for deadline := time.Now().Add(30 * time.Second); procsWith("yes\x00"+arg) == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("yes never started")
-		}
+	// Once output streams, the command holds its task: the next call on
+	// it comes after.
+	select {
+	case <-w.began:
+	case r := <-first:
+		t.Fatalf("the first call ended before it streamed: %+v, %v", r.r, r.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("yes never streamed")
 	}
 	// The next call on the task waits for the first one's timeout only.
 	// The bound (many times the 1 s timeout) is for a hang, the defect,

@@ -129,9 +129,16 @@ func alive(pid int) bool {
 	if err != nil {
 		return false
 	}
-	// A zombie is gone for our purposes.
+	// A zombie is gone for our purposes, once it is only a zombie: a
+	// killed process whose leader thread is a zombie may still have
+	// threads exiting, and holds its files (the daemon's socket) until
+	// the last one is gone.
 	_, rest, _ := strings.Cut(string(b), ") ")
-	return !strings.HasPrefix(rest, "Z")
+	if !strings.HasPrefix(rest, "Z") {
+		return true
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return len(tasks) > 1
 }
 
 // waitGone waits until pid has exited.

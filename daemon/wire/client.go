@@ -284,6 +284,14 @@ func (c *Client) Hello() (*Hello, error) {
 	return c.hello, nil
 }
 
+// beforeHello is the error of a connection that failed before the
+// daemon's hello: the daemon never took the request (it was exiting, its
+// socket still queued connections), so nothing ran, and the error wraps
+// ErrNotRunning.
+func (c *Client) beforeHello(err error) error {
+	return fmt.Errorf("daemon: the connection to %s ended before the daemon's hello (%v); nothing ran: %w", c.nc.Name(), err, ErrNotRunning)
+}
+
 // first takes f as the connection's first frame if it is a hello or a
 // refusal, and reports whether it was.
 func (c *Client) first(f Frame) bool {
@@ -340,7 +348,7 @@ func (c *Client) Run(ctx context.Context, req Request, opts RunOptions) (*Reply,
 		if f, rerr := c.c.Recv(); rerr == nil && f.T == FrameResult && f.Reply != nil && f.Reply.Error != "" {
 			return f.Reply, &ReplyError{Msg: f.Reply.Error, Code: f.Reply.Code}
 		}
-		return nil, err
+		return nil, c.beforeHello(err)
 	}
 	getenv := opts.Getenv
 	if getenv == nil {
@@ -368,6 +376,9 @@ func (c *Client) Run(ctx context.Context, req Request, opts RunOptions) (*Reply,
 		case f, ok := <-frames:
 			if !ok {
 				err := <-readErr
+				if c.hello == nil && c.refused == nil {
+					return nil, c.beforeHello(err)
+				}
 				if errors.Is(err, io.EOF) {
 					err = errors.New("the berth daemon closed the connection before answering (see " + "berth daemon status" + " and its log)")
 				}

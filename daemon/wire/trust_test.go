@@ -224,3 +224,41 @@ func TestDialRefusesAnotherUsersSocket(t *testing.T) {
 		t.Fatal("the fake daemon reported nothing")
 	}
 }
+
+// TestConnectionEndedBeforeHelloRanNothing: a daemon that goes away after
+// accepting, before its hello (it was exiting, its socket still queued
+// connections), took no request: the error wraps ErrNotRunning, which the
+// front takes as "run it yourself".
+func TestConnectionEndedBeforeHelloRanNothing(t *testing.T) {
+	home := t.TempDir()
+	paths, err := PathsFor(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := PrivateDir(paths.Dir); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", paths.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	c, err := Dial(context.Background(), DialOptions{Home: home, NoStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Run(context.Background(), Request{Op: OpRun, Command: "true"}, RunOptions{})
+	if !errors.Is(err, ErrNotRunning) || !strings.Contains(err.Error(), "nothing ran") {
+		t.Fatalf("Run on a connection closed before the hello: %v; want ErrNotRunning", err)
+	}
+}

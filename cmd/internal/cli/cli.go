@@ -167,9 +167,10 @@ func RunStreamed(ctx context.Context, cl *wire.Client, req wire.Request, out io.
 	return rep, nil
 }
 
-// ErrFallback says the daemon answered a Quick request with Fallback, or
-// refused a caller in another sandbox (wire.CodeSandboxed): nothing ran,
-// and the caller must serve the call itself.
+// ErrFallback says the daemon answered a Quick request with Fallback,
+// refused a caller in another sandbox (wire.CodeSandboxed), or went away
+// before its hello (wire.ErrNotRunning): nothing ran, and the caller must
+// serve the call itself.
 var ErrFallback = errors.New("the daemon asks the caller to run this itself")
 
 // Exec is berth exec through the daemon: it runs req, prints the output
@@ -183,7 +184,7 @@ func Exec(ctx context.Context, cl *wire.Client, req wire.Request, asJSON bool, a
 		out = stdout
 	}
 	rep, err := RunStreamed(ctx, cl, req, out, ask, stderr)
-	if wire.IsCode(err, wire.CodeSandboxed) {
+	if wire.IsCode(err, wire.CodeSandboxed) || errors.Is(err, wire.ErrNotRunning) {
 		return 0, fmt.Errorf("%w: %v", ErrFallback, err)
 	}
 	if err != nil {
