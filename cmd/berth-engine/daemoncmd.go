@@ -233,14 +233,21 @@ func stopDaemon(home string, p wire.Paths) error {
 	return nil
 }
 
-// processAlive reports whether pid runs (a zombie does not).
+// processAlive reports whether pid runs. A zombie does not, once it is
+// only a zombie: while its other threads still exit it holds its files,
+// the daemon's listening socket among them, which would still queue a
+// next call's connection.
 func processAlive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return false
 	}
 	_, rest, _ := strings.Cut(string(b), ") ")
-	return !strings.HasPrefix(rest, "Z")
+	if !strings.HasPrefix(rest, "Z") {
+		return true
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return len(tasks) > 1
 }
 
 // useDaemon reports whether exec and shell go through the daemon.
