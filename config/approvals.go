@@ -60,13 +60,16 @@ func AddCheck(key string, check func(v any) error) error {
 }
 
 // approvalKeys are the keys of the approvals: section and the top-level
-// command_allowlist. They are fields of Config, not of Terminal.
+// command_allowlist. They are fields of Config, not of Terminal. Mode, deny
+// and the allowlist are per call: a long-lived berth (the daemon) re-reads
+// them into its gate on every call. The timeout is not: the gate holds it
+// from its start.
 func approvalKeys() []*keyInfo {
 	mode := &keyInfo{
 		section: "approvals", name: "mode", env: "BERTH_APPROVALS_MODE", kind: kindString, field: fieldConfig,
 		help: "manual: ask the user before a dangerous command; off: never ask (the hardline floor and approvals.deny still hold)",
 		rule: "approvals.mode is manual or off",
-		def:  "manual",
+		def:  "manual", perCall: true,
 		getc: func(c *Config) any { return c.Approvals.Mode },
 		setc: func(c *Config, v any) { c.Approvals.Mode = v.(string) },
 	}
@@ -83,7 +86,7 @@ func approvalKeys() []*keyInfo {
 		section: "approvals", name: "deny", kind: kindList, field: fieldConfig,
 		help: `patterns blocked on every backend and in every mode, e.g. ["git push --force*", "rule:sql-destructive"]`,
 		rule: kindRule("approvals.deny", kindList, `["git push --force*"]`),
-		def:  []string{},
+		def:  []string{}, perCall: true,
 		getc: func(c *Config) any { return c.Approvals.Deny },
 		setc: func(c *Config, v any) { c.Approvals.Deny = v.([]string) },
 	}
@@ -91,7 +94,7 @@ func approvalKeys() []*keyInfo {
 		section: "", name: "command_allowlist", kind: kindList, field: fieldConfig,
 		help: `patterns that run without asking (never over the floor or approvals.deny); "always" answers are added here`,
 		rule: kindRule("command_allowlist", kindList, `["git push --force*"]`),
-		def:  []string{},
+		def:  []string{}, perCall: true,
 		getc: func(c *Config) any { return c.CommandAllowlist },
 		setc: func(c *Config, v any) { c.CommandAllowlist = v.([]string) },
 	}

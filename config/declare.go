@@ -36,6 +36,11 @@ type Key struct {
 	// parsed); its error text is shown after the key and the bad value,
 	// e.g. `terminal.ssh_port "0": must be a port from 1 to 65535`.
 	Check func(v any) error
+	// PerCall says the backend reads the key on every call rather than
+	// when it creates an environment: a warm environment (the daemon's)
+	// is kept when only per-call keys change. Leave it false for anything
+	// the environment is made with.
+	PerCall bool
 }
 
 // The declared keys are part of the backend registry: backend.Register
@@ -140,6 +145,10 @@ func Declare(backend string, keys []Key) error {
 			return fmt.Errorf("config: backend %s: key %s uses variable %s, but backend %s declares it with %s",
 				backend, k.name, k.env, strings.Join(old.owners, ", "), old.env)
 		}
+		if old.perCall != k.perCall {
+			return fmt.Errorf("config: backend %s: key %s: PerCall %v, but backend %s declares it %v",
+				backend, k.name, k.perCall, strings.Join(old.owners, ", "), old.perCall)
+		}
 		merged := *old
 		merged.owners = append(slices.Clone(old.owners), backend)
 		merged.checks = append(slices.Clone(old.checks), k.checks...)
@@ -171,7 +180,7 @@ func newDeclaredKey(backend string, key Key) (*keyInfo, error) {
 	}
 	k := &keyInfo{
 		section: "terminal", name: key.Name, env: env, kind: kind, field: fieldDeclared,
-		help: key.Help, def: def, owners: []string{backend},
+		help: key.Help, def: def, owners: []string{backend}, perCall: key.PerCall,
 	}
 	k.rule = kindRule(k.full(), kind, "")
 	if key.Help != "" {
@@ -186,6 +195,18 @@ func newDeclaredKey(backend string, key Key) (*keyInfo, error) {
 		}}
 	}
 	return k, nil
+}
+
+// PerCall reports whether the key (dotted or bare name) is read on every
+// call, or by the daemon itself, rather than fixed when an environment is
+// made, so that a change of it needs no new environment: terminal.timeout,
+// on_timeout, max_foreground_timeout, lifetime_seconds and daemon, the
+// approval keys re-read on every call (approvals.mode, approvals.deny,
+// command_allowlist), and declared keys with Key.PerCall. Unknown keys are
+// not.
+func PerCall(name string) bool {
+	k := findKey(name)
+	return k != nil && k.perCall
 }
 
 // allKeys returns the current key table (shared, declared, max_bytes,

@@ -26,7 +26,7 @@ var fakeKeys = []Key{
 		}
 		return nil
 	}},
-	{Name: "fake_ratio", Default: 0.5, Help: "a fraction", Check: func(v any) error {
+	{Name: "fake_ratio", Default: 0.5, Help: "a fraction", PerCall: true, Check: func(v any) error {
 		if f := v.(float64); f < 0 || f > 1 {
 			return fmt.Errorf("must be from 0 to 1, not %v", f)
 		}
@@ -229,6 +229,7 @@ func TestDeclareConflicts(t *testing.T) {
 		{"c6", []Key{{Name: "c6_a", Default: 3.0}, {Name: "Bad-Name", Default: "y"}}, `key name "Bad-Name"`},
 		{"c7", []Key{{Name: "c7_a", Default: nil}}, "default <nil> must be a string, int, float64"},
 		{"c8", []Key{{Name: "c8_a", Default: int64(1)}}, "default 1 must be"},
+		{"c9", []Key{{Name: "fake_ratio", Default: 0.2}}, "key fake_ratio: PerCall false, but backend fake declares it true"},
 		{"fake", nil, "backend fake declared twice"},
 		{"", nil, "needs a backend name"},
 	} {

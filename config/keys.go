@@ -120,6 +120,10 @@ type keyInfo struct {
 	// Keys of fieldConfig only: read and write their Config field.
 	getc func(*Config) any
 	setc func(*Config, any)
+
+	// perCall: read on every call (or by the daemon), not when an
+	// environment is made (PerCall).
+	perCall bool
 }
 
 // Field values for keys that are not Terminal fields.
@@ -259,6 +263,7 @@ func sharedKeys() []*keyInfo {
 		case "timeout", "lifetime_seconds", "max_foreground_timeout":
 			k.rule = full + " must be a whole number of seconds >= 1"
 			k.check = intMin(1)
+			k.perCall = true // per call, or read by the daemon itself
 		case "container_memory", "container_disk":
 			k.rule = full + " must be a whole number of MB > 0"
 			k.check = intMin(1)
@@ -267,7 +272,10 @@ func sharedKeys() []*keyInfo {
 			k.check = func(v any) bool { return v.(float64) > 0 }
 		case "daemon_term_grace_seconds":
 			k.rule = full + " must be a number of seconds >= 0, e.g. 2 or 0.5"
+		case "daemon":
+			k.perCall = true // read by each caller before it reaches the daemon
 		case "on_timeout":
+			k.perCall = true
 			k.rule = full + " is kill (stop a foreground command at its timeout, the default) or background (keep it running as a background process, followed with the process tool)"
 			k.check = func(v any) bool { return v.(string) == "kill" || v.(string) == "background" }
 			k.badWord = "unknown value"

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,11 +200,15 @@ func TestTapTail(t *testing.T) {
 		{[]string{"a  ", "b\n"}, "a  b", "a  b"},
 	} {
 		rc := &recordConn{}
-		tw := &tapWriter{c: wire.NewConn(rc)}
+		tw := newTap(wire.NewConn(rc))
 		for _, w := range c.writes {
 			tw.Write([]byte(w))
 		}
-		tail := tw.finish(c.out)
+		tail, dropped := tw.finish(c.out)
+		tw.flush()
+		if dropped != 0 {
+			t.Errorf("writes %q: %d bytes dropped", c.writes, dropped)
+		}
 		streamed := rc.streamed(t)
 		if streamed != c.streamed {
 			t.Errorf("writes %q: streamed %q, want %q", c.writes, streamed, c.streamed)
@@ -218,16 +223,27 @@ func TestTapTail(t *testing.T) {
 	}
 	// Whitespace past the bound is sent rather than held.
 	rc := &recordConn{}
-	tw := &tapWriter{c: wire.NewConn(rc)}
+	tw := newTap(wire.NewConn(rc))
 	tw.Write([]byte("x"))
 	tw.Write(bytes.Repeat([]byte("\n"), maxHeld+1))
+	tw.finish("")
+	tw.flush()
 	if got := rc.streamed(t); got != "x"+strings.Repeat("\n", maxHeld+1) {
 		t.Errorf("after %d newlines, streamed %d bytes", maxHeld+1, len(got))
 	}
 }
 
 // recordConn keeps what the daemon sends.
-type recordConn struct{ bytes.Buffer }
+type recordConn struct {
+	mu sync.Mutex
+	bytes.Buffer
+}
+
+func (r *recordConn) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.Buffer.Write(p)
+}
 
 func (*recordConn) Read([]byte) (int, error) { return 0, errors.New("closed") }
 func (*recordConn) Close() error             { return nil }
@@ -290,7 +306,7 @@ func TestQuickRequests(t *testing.T) {
 		msg     string
 	}{
 		{"exit 3", 3, ""},
-		{"rm -rf /", StatusBlocked, "BLOCKED: "},
+		{"rm -rf /", terminal.StatusBlocked, "BLOCKED: "},
 		{"echo ok", 0, ""},
 	} {
 		r, err := c.Run(context.Background(), wire.Request{Op: wire.OpRun, Inputs: in, Key: "q", Command: tc.command, Quick: true}, wire.RunOptions{})
@@ -315,11 +331,14 @@ func TestQuickRequests(t *testing.T) {
 	}
 	defer nc.Close()
 	wc := wire.NewConn(nc)
+	if f, err := wc.Recv(); err != nil || f.T != wire.FrameHello || f.Hello.Protocol != wire.ProtocolVersion || f.Hello.PID != os.Getpid() {
+		t.Fatalf("first frame %+v, %v; want this daemon's hello", f, err)
+	}
 	if err := wc.Send(wire.Frame{T: wire.FrameRequest, Req: &wire.Request{Version: 1, Op: wire.OpRun, Inputs: in, Key: "q", Command: touch}}); err != nil {
 		t.Fatal(err)
 	}
 	f, err := wc.Recv()
-	if err != nil || f.Reply == nil || !strings.Contains(f.Reply.Error, fmt.Sprintf("protocol %d, the caller 1", wire.ProtocolVersion)) || !strings.Contains(f.Reply.Error, "berth daemon stop") {
+	if err != nil || f.Reply == nil || f.Reply.Code != wire.CodeVersion || !strings.Contains(f.Reply.Error, fmt.Sprintf("protocol %d, the caller 1", wire.ProtocolVersion)) || !strings.Contains(f.Reply.Error, "berth daemon stop") {
 		t.Fatalf("version 1 request: frame %+v, err %v; want a refusal naming both versions", f, err)
 	}
 	if _, err := os.Stat(marker); err == nil {

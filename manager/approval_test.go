@@ -199,7 +199,7 @@ func TestFloorBlocksInEveryMode(t *testing.T) {
 			}
 			for _, cmd := range floorCommands {
 				r := m.Run(ctx, "k", terminal.Request{Command: cmd})
-				if !strings.HasPrefix(errText(r), "BLOCKED: ") || r.ExitCode != terminal.ExitBlocked {
+				if !strings.HasPrefix(errText(r), "BLOCKED: ") || r.ExitCode != terminal.StatusBlocked {
 					t.Errorf("%s: error %q exit %d, want BLOCKED", cmd, errText(r), r.ExitCode)
 				}
 				if r.Approval == nil || r.Approval.Outcome != approval.Blocked || r.Approval.By != approval.ByFloor {

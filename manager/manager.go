@@ -325,7 +325,7 @@ func (m *Manager) Background(ctx context.Context, key string, req terminal.Reque
 	d := m.gate.Command(ctx, key, req.Command, m.approvalContext(env, req.Workdir))
 	if !d.Allowed() {
 		res := process.StartError(d.Err())
-		res.ExitCode = terminal.ExitBlocked
+		res.ExitCode = terminal.StatusBlocked
 		res.Approval = d
 		return res
 	}

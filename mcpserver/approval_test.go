@@ -135,7 +135,7 @@ func TestServerApprovalAnswers(t *testing.T) {
 				cmd, marker := dangerous(t)
 				out, isErr := call(t, cs, "terminal", map[string]any{"command": cmd})
 				msg, _ := out["error"].(string)
-				if !isErr || exists(marker) || approvalOf(out)["decision"] != "denied" || !strings.HasPrefix(msg, "BLOCKED: the user denied") || out["exit_code"] != float64(terminal.ExitBlocked) {
+				if !isErr || exists(marker) || approvalOf(out)["decision"] != "denied" || !strings.HasPrefix(msg, "BLOCKED: the user denied") || out["exit_code"] != float64(terminal.StatusBlocked) {
 					t.Errorf("%s: %v", action, out)
 				}
 			}

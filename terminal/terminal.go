@@ -234,17 +234,14 @@ func ErrorResult(err error) Result {
 	return Result{ExitCode: -1, Error: &msg, Err: err}
 }
 
-// ExitBlocked is the exit_code of a command that did not run because the
-// approval gate refused it (blocked, denied, or waiting for an answer): the
-// shell's "found but cannot execute", and the status berth exec exits
-// with, so a caller reads one number whichever way it asked.
-const ExitBlocked = 126
-
-// BlockedResult is the result of a command the approval gate refused:
-// exit_code ExitBlocked, error the decision's message.
+// BlockedResult is the result of a command the approval gate refused
+// (blocked, denied, or waiting for an answer): exit_code StatusBlocked, the
+// shell's "found but cannot execute" and the status berth exec exits with,
+// so a caller reads one number whichever way it asked; error is the
+// decision's message.
 func BlockedResult(d *approval.Decision) Result {
 	res := ErrorResult(d.Err())
-	res.ExitCode = ExitBlocked
+	res.ExitCode = StatusBlocked
 	res.Approval = d
 	return res
 }

@@ -86,14 +86,25 @@ func (d *daemonEnv) mustRun(t *testing.T, want int, args ...string) string {
 	return out
 }
 
-// pid returns the pid in the daemon's pid file, 0 if none.
+// pid returns the pid in the pid file of the daemon (of the one build the
+// tests run), 0 if none.
 func (d *daemonEnv) pid() int {
-	b, err := os.ReadFile(filepath.Join(d.home, "daemon", "berth.pid"))
+	files, _ := filepath.Glob(filepath.Join(d.home, "daemon", "berth-*.pid"))
+	if len(files) != 1 {
+		return 0
+	}
+	b, err := os.ReadFile(files[0])
 	if err != nil {
 		return 0
 	}
 	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	return n
+}
+
+// sockets returns the daemon sockets in the home.
+func (d *daemonEnv) sockets() []string {
+	socks, _ := filepath.Glob(filepath.Join(d.home, "daemon", "*.sock"))
+	return socks
 }
 
 // status returns the daemon's status as JSON, nil when none runs.
@@ -118,9 +129,16 @@ func alive(pid int) bool {
 	if err != nil {
 		return false
 	}
-	// A zombie is gone for our purposes.
+	// A zombie is gone for our purposes, once it is only a zombie: a
+	// killed process whose leader thread is a zombie may still have
+	// threads exiting, and holds its files (the daemon's socket) until
+	// the last one is gone.
 	_, rest, _ := strings.Cut(string(b), ") ")
-	return !strings.HasPrefix(rest, "Z")
+	if !strings.HasPrefix(rest, "Z") {
+		return true
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return len(tasks) > 1
 }
 
 // waitGone waits until pid has exited.
@@ -214,7 +232,8 @@ func TestDaemonConfigChangeRecreates(t *testing.T) {
 
 // The socket answers only its own user: a client running as another uid
 // is refused by the SO_PEERCRED check even where the file modes let it
-// connect.
+// connect; and berth, as that other user, does not even connect to a
+// daemon in a home that is not its own.
 func TestDaemonRefusesOtherUser(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run a client as another user")
@@ -222,45 +241,76 @@ func TestDaemonRefusesOtherUser(t *testing.T) {
 	d := newDaemonEnv(t)
 	d.mustRun(t, 0, "exec", "--", "true")
 	// Open the way for uid 65534: the home, the daemon directory and the
-	// socket, and a copy of berth it can execute.
-	bin, err := os.MkdirTemp("", "bdbin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(bin) })
-	for _, p := range []string{bin, d.home, filepath.Join(d.home, "daemon")} {
+	// socket, and a copy of berth (and of this test, the raw client) it
+	// can execute.
+	bin := nobodyBin(t)
+	for _, p := range []string{d.home, filepath.Join(d.home, "daemon")} {
 		if err := os.Chmod(p, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Chmod(filepath.Join(d.home, "daemon", "berth.sock"), 0o666); err != nil {
+	socks := d.sockets()
+	if len(socks) != 1 {
+		t.Fatalf("sockets %v, want one", socks)
+	}
+	if err := os.Chmod(socks[0], 0o666); err != nil {
 		t.Fatal(err)
 	}
-	// Copied in a stream: a whole binary in this process's memory would
-	// show in the peak RSS other tests measure (a child's includes the
-	// moments between fork and exec).
-	nobodyBin := filepath.Join(bin, "berth")
-	for _, name := range []string{"berth", "berth-engine"} {
-		if err := copyFile(filepath.Join(filepath.Dir(berthBin), name), filepath.Join(bin, name), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The engine's status, and the front's own warm exec path: both are
-	// refused, naming the peer.
-	for _, args := range [][]string{{"daemon", "status"}, {"exec", "--", "echo ran"}} {
-		cmd := exec.Command(nobodyBin, args...)
+	asNobody := func(name string, args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(bin, name), args...)
 		cmd.Env = append(d.env, "HOME=/")
 		cmd.Dir = "/"
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "refused") || !strings.Contains(string(out), "peer uid 65534") || strings.Contains(string(out), "ran") {
-			t.Fatalf("uid 65534 %v: %v, output %q; want a refusal naming its uid", args, err, out)
+		return string(out), err
+	}
+	// The daemon's check: a raw connection as uid 65534 gets the refusal,
+	// naming its uid, as its only frame.
+	out, err := asNobody("rawclient", socks[0])
+	if err != nil || !strings.Contains(out, `"code":"other_user"`) || !strings.Contains(out, "peer uid 65534") {
+		t.Fatalf("raw client as uid 65534: %v, %q; want the daemon's refusal naming its uid", err, out)
+	}
+	// berth's own check: the engine's status and the front's warm exec
+	// path refuse the home of another user before connecting, saying
+	// whose it is and what to do.
+	for _, args := range [][]string{{"daemon", "status"}, {"exec", "--", "echo ran"}} {
+		out, err := asNobody("berth", args...)
+		if err == nil || !strings.Contains(out, "belongs to uid 0") || !strings.Contains(out, "not to you (uid 65534") || strings.Contains(out, "ran\n") {
+			t.Fatalf("uid 65534 %v: %v, output %q; want a refusal naming the home's owner", args, err, out)
 		}
 	}
 	// The daemon's own user still gets in.
 	if st := d.status(t); st == nil {
 		t.Fatal("daemon gone after refusing a connection")
 	}
+}
+
+// nobodyBin returns a directory uid 65534 may read holding copies of berth,
+// berth-engine and rawclient (this test binary, which BERTH_TEST_RAWCLIENT
+// makes a raw client of the socket).
+func nobodyBin(t *testing.T) string {
+	t.Helper()
+	bin, err := os.MkdirTemp("", "bdbin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(bin) })
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Copied in a stream: a whole binary in this process's memory would
+	// show in the peak RSS other tests measure (a child's includes the
+	// moments between fork and exec).
+	for name, from := range map[string]string{
+		"berth":        filepath.Join(filepath.Dir(berthBin), "berth"),
+		"berth-engine": filepath.Join(filepath.Dir(berthBin), "berth-engine"),
+		"rawclient":    rawClientBin(t),
+	} {
+		if err := copyFile(from, filepath.Join(bin, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin
 }
 
 func copyFile(from, to string, mode os.FileMode) error {
@@ -298,8 +348,8 @@ func TestDaemonExitsWhenIdle(t *testing.T) {
 	if n := countHostProcs("sleep\x00" + arg); n != 0 {
 		t.Fatalf("%d 'sleep %s' left after the daemon exited", n, arg)
 	}
-	if _, err := os.Stat(filepath.Join(d.home, "daemon", "berth.sock")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("socket left behind: %v", err)
+	if socks := d.sockets(); len(socks) != 0 {
+		t.Fatalf("socket left behind: %v", socks)
 	}
 	b, _ := os.ReadFile(filepath.Join(d.home, "daemon", "berth.log"))
 	if !strings.Contains(string(b), "why=idle") {

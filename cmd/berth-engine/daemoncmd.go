@@ -20,6 +20,7 @@ import (
 	"github.com/a55dbaac/berth/daemon"
 	"github.com/a55dbaac/berth/daemon/wire"
 	"github.com/a55dbaac/berth/manager"
+	"github.com/a55dbaac/berth/process"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -32,11 +33,18 @@ func newDaemonCmd() *cobra.Command {
 that holds their environments, so a later call finds the shell, its cwd and
 exported variables, and the container or ssh connection of the earlier one
 (like OpenSSH's ControlPersist). The first call starts it; it listens on
-$BERTH_HOME/daemon/berth.sock (directory 0700, socket 0600, the peer's uid
-checked on every connection) and logs to $BERTH_HOME/daemon/berth.log. It
-exits after terminal.lifetime_seconds with no environment left and no
-connection open (an environment is kept while a command or a background
-process runs in it), closing everything as a one-process berth does at exit.
+$BERTH_HOME/daemon/berth-<build>.sock (directory 0700, socket 0600) and logs
+to $BERTH_HOME/daemon/berth.log. It serves only its own user, in its own
+namespaces: a caller in a sandbox (another mount, PID, network or user
+namespace, or seccomp filter) is refused and runs in one process, inside
+its sandbox. It exits after terminal.lifetime_seconds with no environment
+left and no connection open (an environment is kept while a command or a
+background process runs in it), closing everything as a one-process berth
+does at exit.
+
+Each build of berth has a daemon of its own: after an upgrade the next call
+starts a new one, and the old one exits once idle. status and stop show and
+stop the daemons of every build in the home.
 
 --no-daemon, terminal.daemon: false or BERTH_NO_DAEMON=1 run each call in
 one process instead.`,
@@ -49,81 +57,74 @@ one process instead.`,
 	var asJSON bool
 	status := &cobra.Command{
 		Use:   "status",
-		Short: "Show the daemon: pid, socket, uptime and the environments it holds",
+		Short: "Show the daemons of this home: pid, socket, uptime and the environments they hold",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, home, err := dialRunning(cmd.Context())
-			if errors.Is(err, wire.ErrNotRunning) {
-				if asJSON {
-					fmt.Println(`{"running":false}`)
+			home, err := config.HomeDir(nil)
+			if err != nil {
+				return err
+			}
+			all, err := daemonStatuses(home)
+			if err != nil {
+				return err
+			}
+			var self *wire.Status
+			var others []*wire.Status
+			for _, st := range all {
+				if st.Identity == wire.SelfIdentity() && self == nil {
+					self = st
 				} else {
-					fmt.Printf("no berth daemon running for %s\n", home)
+					others = append(others, st)
 				}
-				return exitError{3}
 			}
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			r, err := cl.Do(wire.Request{Op: wire.OpStatus})
-			if err != nil {
-				return err
-			}
-			st := r.Status
 			if asJSON {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetEscapeHTML(false)
-				return enc.Encode(struct {
+				out := struct {
 					Running bool `json:"running"`
 					*wire.Status
-				}{true, st})
+					OtherBuilds []*wire.Status `json:"other_builds,omitempty"`
+				}{self != nil, self, others}
+				b, err := wire.MarshalJSON(out)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("%s\n", b)
+			} else {
+				if self == nil {
+					fmt.Printf("no berth daemon of this build running for %s\n", home)
+				}
+				for _, st := range all {
+					printStatus(st, st == self)
+				}
 			}
-			fmt.Printf("berth daemon pid %d, up %s, socket %s\n", st.PID, st.Uptime.Round(time.Second), st.Socket)
-			fmt.Printf("exits after %s with no environment and no connection\n", st.Lifetime)
-			if len(st.Environments) == 0 {
-				fmt.Println("no environments")
-				return nil
-			}
-			fmt.Printf("%-20s %-12s %-6s %5s %10s  %s\n", "TASK", "BACKEND", "BUSY", "BG", "IDLE", "CWD")
-			for _, e := range st.Environments {
-				fmt.Printf("%-20s %-12s %-6v %5d %10s  %s\n", e.Key, e.Backend, e.Busy, e.Processes, time.Since(e.LastUsed).Round(time.Second), e.Cwd)
+			if len(all) == 0 {
+				return exitError{3}
 			}
 			return nil
 		},
 	}
-	status.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	status.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON: this build's daemon, and other_builds")
 	root.AddCommand(status)
 
 	root.AddCommand(&cobra.Command{
 		Use:   "stop",
-		Short: "Stop the daemon, closing its environments (running commands are interrupted)",
+		Short: "Stop the daemons of this home, of every build, closing their environments (running commands are interrupted)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, _, err := dialRunning(cmd.Context())
-			if errors.Is(err, wire.ErrNotRunning) {
-				return nil
-			}
+			home, err := config.HomeDir(nil)
 			if err != nil {
 				return err
 			}
-			defer cl.Close()
-			st, err := cl.Do(wire.Request{Op: wire.OpStatus})
+			paths, err := wire.Daemons(home)
 			if err != nil {
 				return err
 			}
-			if _, err := cl.Do(wire.Request{Op: wire.OpStop}); err != nil {
-				return err
-			}
-			// The reply comes once every environment is closed; the
-			// process is gone a moment later.
-			deadline := time.Now().Add(10 * time.Second)
-			for processAlive(st.Status.PID) {
-				if time.Now().After(deadline) {
-					return fmt.Errorf("berth daemon %d closed its environments but has not exited", st.Status.PID)
+			var errs []error
+			for _, p := range paths {
+				if err := stopDaemon(home, p); err != nil {
+					errs = append(errs, err)
 				}
-				time.Sleep(5 * time.Millisecond)
 			}
-			return nil
+			return errors.Join(errs...)
 		},
 	})
 
@@ -133,6 +134,8 @@ one process instead.`,
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// main made this process non-dumpable already; Serve does too,
+			// so a daemon serving only remote backends is never dumpable.
 			cfg, err := config.Load(config.LoadOptions{ConfigPath: c.ConfigPath})
 			if err != nil {
 				return err
@@ -154,14 +157,97 @@ one process instead.`,
 	return root
 }
 
-// processAlive reports whether pid runs (a zombie does not).
+// daemonStatuses asks every daemon in the home for its status, this
+// build's first; a socket nobody answers is skipped.
+func daemonStatuses(home string) ([]*wire.Status, error) {
+	paths, err := wire.Daemons(home)
+	if err != nil {
+		return nil, err
+	}
+	var out []*wire.Status
+	for _, p := range paths {
+		cl, err := wire.Connect(home, p)
+		if errors.Is(err, wire.ErrNotRunning) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		r, err := cl.Do(wire.Request{Op: wire.OpStatus})
+		cl.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p.Socket, err)
+		}
+		if r.Status.Identity == "" {
+			r.Status.Identity = p.Identity
+		}
+		out = append(out, r.Status)
+	}
+	return out, nil
+}
+
+// printStatus prints one daemon's status for people.
+func printStatus(st *wire.Status, self bool) {
+	build := "this build"
+	if !self {
+		build = "another build (" + st.Identity + "); it exits once idle, or stop it with berth daemon stop"
+	}
+	fmt.Printf("berth daemon pid %d, %s, up %s, socket %s\n", st.PID, build, st.Uptime.Round(time.Second), st.Socket)
+	fmt.Printf("exits after %s with no environment and no connection\n", st.Lifetime)
+	if len(st.Environments) == 0 {
+		fmt.Println("no environments")
+		return
+	}
+	fmt.Printf("%-20s %-12s %-6s %5s %10s  %s\n", "TASK", "BACKEND", "BUSY", "BG", "IDLE", "CWD")
+	for _, e := range st.Environments {
+		fmt.Printf("%-20s %-12s %-6v %5d %10s  %s\n", e.Key, e.Backend, e.Busy, e.Processes, time.Since(e.LastUsed).Round(time.Second), e.Cwd)
+	}
+}
+
+// stopDaemon stops the daemon of p and waits until its process is gone.
+func stopDaemon(home string, p wire.Paths) error {
+	cl, err := wire.Connect(home, p)
+	if errors.Is(err, wire.ErrNotRunning) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	st, err := cl.Do(wire.Request{Op: wire.OpStatus})
+	if err != nil {
+		return err
+	}
+	if _, err := cl.Do(wire.Request{Op: wire.OpStop}); err != nil {
+		return err
+	}
+	// The reply comes once every environment is closed; the process is
+	// gone a moment later.
+	deadline := time.Now().Add(10 * time.Second)
+	for processAlive(st.Status.PID) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("berth daemon %d closed its environments but has not exited", st.Status.PID)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// processAlive reports whether pid runs. A zombie does not, once it is
+// only a zombie: while its other threads still exit it holds its files,
+// the daemon's listening socket among them, which would still queue a
+// next call's connection.
 func processAlive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return false
 	}
 	_, rest, _ := strings.Cut(string(b), ") ")
-	return !strings.HasPrefix(rest, "Z")
+	if !strings.HasPrefix(rest, "Z") {
+		return true
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return len(tasks) > 1
 }
 
 // useDaemon reports whether exec and shell go through the daemon.
@@ -184,7 +270,9 @@ type runner interface {
 }
 
 // withRunner runs fn with a runner: through the daemon unless the caller
-// or the configuration says otherwise (or the socket path cannot work).
+// or the configuration says otherwise, the socket path cannot work, or the
+// daemon refuses this caller as one in another sandbox (it then runs in
+// this process, inside the caller's sandbox).
 func withRunner(ctx context.Context, cfg *config.Config, c *common, fn func(ctx context.Context, r runner) error) error {
 	if useDaemon(cfg, c.NoDaemon) {
 		in, err := c.Inputs()
@@ -192,9 +280,16 @@ func withRunner(ctx context.Context, cfg *config.Config, c *common, fn func(ctx 
 			return err
 		}
 		cl, err := wire.Dial(ctx, wire.DialOptions{Home: cfg.Home, Args: []string{"daemon", "serve"}})
+		if err == nil {
+			if _, err = cl.Hello(); err != nil {
+				cl.Close()
+			}
+		}
 		switch {
 		case errors.Is(err, wire.ErrPathTooLong):
 			slog.Warn("running without the daemon", "err", err)
+		case wire.IsCode(err, wire.CodeSandboxed):
+			slog.Info("running without the daemon", "err", err)
 		case err != nil:
 			return fmt.Errorf("%w (or run with --no-daemon)", err)
 		default:
@@ -236,11 +331,11 @@ func (r *localRunner) run(ctx context.Context, line string, out io.Writer) (term
 }
 
 func (r *localRunner) meta(ctx context.Context, line string) (json.RawMessage, bool, error) {
-	v, ok := daemon.Meta(ctx, r.m, r.c.Task, r.c.Workdir, line)
+	l, ok := process.ParseLine(line)
 	if !ok {
 		return nil, false, nil
 	}
-	b, err := daemon.MarshalJSON(v)
+	b, err := wire.MarshalJSON(l.Do(ctx, r.m, r.c.Task, r.c.Workdir))
 	return b, true, err
 }
 
@@ -314,8 +409,7 @@ func (r *daemonRunner) meta(ctx context.Context, line string) (json.RawMessage, 
 	req := r.request(wire.OpMeta)
 	req.Line = line
 	rep, err := r.cl.Run(ctx, req, wire.RunOptions{})
-	var re *wire.ReplyError
-	if errors.As(err, &re) && strings.Contains(re.Msg, "is not a process-tool line") {
+	if wire.IsCode(err, wire.CodeNotMeta) {
 		return nil, false, nil
 	}
 	if err != nil {
@@ -332,15 +426,4 @@ func (r *daemonRunner) where(ctx context.Context) (string, string, error) {
 	}
 	r.notes(rep)
 	return r.backend, r.cwd, nil
-}
-
-// dialRunning connects to the daemon of this berth home without starting
-// one (wire.ErrNotRunning when none runs), for status and stop.
-func dialRunning(ctx context.Context) (*wire.Client, string, error) {
-	home, err := config.HomeDir(nil)
-	if err != nil {
-		return nil, "", err
-	}
-	cl, err := wire.Dial(ctx, wire.DialOptions{Home: home, NoStart: true})
-	return cl, home, err
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -13,7 +12,7 @@ import (
 	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/cmd/internal/cli"
 	"github.com/a55dbaac/berth/cmd/internal/cli/flagset"
-	"github.com/a55dbaac/berth/daemon"
+	"github.com/a55dbaac/berth/daemon/wire"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -97,11 +96,13 @@ func (c *common) addDaemonFlag(cmd *cobra.Command) { flagset.AddNoDaemon(cmd.Fla
 // (the output itself was printed) and returns berth exec's exit status,
 // printing why the command did not run, as the daemon path does.
 func resultStatus(res terminal.Result, asJSON bool) int {
-	code, msg := daemon.ExecStatus(res)
+	code, msg := res.ExitStatus()
 	if asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(res); err != nil {
+		b, err := wire.MarshalJSON(res)
+		if err == nil {
+			_, err = fmt.Printf("%s\n", b)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "berth:", err)
 			return errorStatus
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,14 +12,36 @@ import (
 )
 
 // frontAlone is a copy of the berth front binary in a directory of its
-// own, with no berth-engine next to it or on PATH: whatever it answers, it
-// answered without the engine.
-func frontAlone(t *testing.T) string {
+// own, with no runnable berth-engine next to it or on PATH: whatever it
+// answers, it answered without the engine. Next to it lies the engine's
+// head only (its first 64 KiB, which hold the build ID the front names the
+// daemon's socket by) with its ELF magic cleared, which the front cannot
+// exec; with stub false,
+// nothing lies there.
+func frontAlone(t *testing.T, stub bool) string {
 	t.Helper()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "berth")
 	if err := copyFile(berthBin, p, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	if stub {
+		// Only the head is read: a whole binary in this process's memory
+		// would show in the peak RSS other tests measure.
+		f, err := os.Open(filepath.Join(filepath.Dir(berthBin), "berth-engine"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := make([]byte, 64<<10)
+		_, err = io.ReadFull(f, head)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(head, "\x00\x00\x00\x00") // no ELF magic: execve fails
+		if err := os.WriteFile(filepath.Join(dir, "berth-engine"), head, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return p
 }
@@ -48,7 +71,7 @@ func (d *daemonEnv) runAlone(t *testing.T, bin string, args ...string) (stdout, 
 func TestFrontAnswersWarmExecAlone(t *testing.T) {
 	d := newDaemonEnv(t)
 	d.mustRun(t, 0, "exec", "--task", "t", "--", "cd /tmp; export A=1")
-	front := frontAlone(t)
+	front := frontAlone(t, true)
 
 	out, errs, code := d.runAlone(t, front, "exec", "--task", "t", "--", "echo $A; pwd")
 	if code != 0 || out != "1\n/tmp\n" {
@@ -89,8 +112,8 @@ func TestFrontAnswersWarmExecAlone(t *testing.T) {
 		{"exec", "-v", "--", "touch " + marker},
 	} {
 		_, errs, code := d.runAlone(t, front, args...)
-		if code != errorStatus || !strings.Contains(errs, "cannot find berth-engine") {
-			t.Errorf("lone front %q: exit %d, stderr %q; want %d and the missing engine named", args, code, errs, errorStatus)
+		if code != errorStatus || !strings.Contains(errs, "berth-engine: exec format error") {
+			t.Errorf("lone front %q: exit %d, stderr %q; want %d and the engine stub's exec failure", args, code, errs, errorStatus)
 		}
 		if _, err := os.Stat(marker); err == nil {
 			t.Fatalf("lone front %q ran the command before handing it over", args)
@@ -108,11 +131,13 @@ func TestFrontAnswersWarmExecAlone(t *testing.T) {
 	}
 }
 
-// TestFrontWithoutDaemonNeedsEngine: with no daemon the front hands every
-// call over; without an engine it says where it looked and how to fix it.
+// TestFrontWithoutDaemonNeedsEngine: without an engine the front answers
+// nothing (it names its daemon after the engine's build), even with a
+// daemon running; it says where it looked and how to fix it.
 func TestFrontWithoutDaemonNeedsEngine(t *testing.T) {
 	d := newDaemonEnv(t)
-	front := frontAlone(t)
+	d.mustRun(t, 0, "exec", "--", "true")
+	front := frontAlone(t, false)
 	_, errs, code := d.runAlone(t, front, "exec", "--", "true")
 	if code != errorStatus || !strings.Contains(errs, "cannot find berth-engine") || !strings.Contains(errs, filepath.Dir(front)) || !strings.Contains(errs, "go install") {
 		t.Fatalf("lone front, no daemon: exit %d, stderr %q", code, errs)

@@ -13,15 +13,17 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/backend/hostproc"
 	"github.com/a55dbaac/berth/cmd/internal/cli"
 	"github.com/a55dbaac/berth/cmd/internal/cli/flagset"
 	"github.com/a55dbaac/berth/config"
-	"github.com/a55dbaac/berth/daemon"
+	"github.com/a55dbaac/berth/daemon/wire"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/terminal"
 
@@ -37,8 +39,8 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 // backend), and blockedStatus that of a command its approval check
 // refused to run.
 const (
-	errorStatus   = daemon.StatusError
-	blockedStatus = daemon.StatusBlocked
+	errorStatus   = terminal.StatusError
+	blockedStatus = terminal.StatusBlocked
 )
 
 // common holds the flags shared by commands that run things.
@@ -74,10 +76,37 @@ func (c *common) load() (*config.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkConfigFiles(cfg, c.ConfigPath); err != nil {
+		return nil, err
+	}
 	for _, w := range cfg.Warnings {
 		slog.Warn(w)
 	}
 	return cfg, nil
+}
+
+// checkConfigFiles refuses a configuration file or .env (the files
+// config.Load read for --config configPath) that another user may write
+// (wire.CheckFile), as the daemon does, and adds a warning for one its
+// group may write.
+func checkConfigFiles(cfg *config.Config, configPath string) error {
+	path, _, err := config.ResolvePath(configPath, os.Getenv)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct{ what, path string }{
+		{"the configuration file", path},
+		{"the .env file", filepath.Join(filepath.Dir(path), ".env")},
+	} {
+		warn, err := wire.CheckFile(f.what, f.path)
+		if err != nil {
+			return err
+		}
+		if warn != "" {
+			cfg.Warnings = append(cfg.Warnings, warn)
+		}
+	}
+	return nil
 }
 
 // withManager runs fn with a manager and tears every environment down
@@ -140,7 +169,33 @@ overridden by TERMINAL_* variables and then by flags.`,
 	return root
 }
 
+// checkFront refuses to run in place of a berth front of another build
+// (wire.FrontBuildEnv): it would talk to a daemon its front does not
+// know. The variable is removed, so that nothing berth starts inherits it.
+func checkFront() error {
+	front, ok := os.LookupEnv(wire.FrontBuildEnv)
+	if !ok {
+		return nil
+	}
+	os.Unsetenv(wire.FrontBuildEnv)
+	if front == wire.Build() {
+		return nil
+	}
+	self, _ := os.Executable()
+	return fmt.Errorf("this berth-engine (%s, build %s) is not of the build of the berth that ran it (build %s): install both from one build, with `go install github.com/a55dbaac/berth/cmd/...@latest` or `go build -o DIR ./cmd/...`, and keep them side by side", self, wire.Build(), front)
+}
+
 func main() {
+	// Before anything else: the environment holds the caller's secrets,
+	// and a daemon started from here holds its callers'.
+	if err := hostproc.Harden(); err != nil {
+		fmt.Fprintln(os.Stderr, "berth:", err)
+		os.Exit(errorStatus)
+	}
+	if err := checkFront(); err != nil {
+		fmt.Fprintln(os.Stderr, "berth:", err)
+		os.Exit(errorStatus)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cli.HandleSignals(cancel)

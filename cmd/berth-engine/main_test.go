@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,13 @@ import (
 var berthBin string
 
 func TestMain(m *testing.M) {
+	// A copy of this binary named rawclient is a raw client of the daemon
+	// socket given as its argument: it prints the first frame it gets,
+	// before it sends anything (berth's own client checks the socket's
+	// owner and would not connect at all).
+	if filepath.Base(os.Args[0]) == "rawclient" {
+		os.Exit(rawClient(os.Args[1]))
+	}
 	dir, err := os.MkdirTemp("", "berth-bin-")
 	if err != nil {
 		panic(err)
@@ -241,4 +251,33 @@ func TestShellSIGTERMCleansUp(t *testing.T) {
 	if n := countHostProcs("sleep\x001237"); n != 0 {
 		t.Fatalf("%d 'sleep 1237' left running after SIGTERM", n)
 	}
+}
+
+// rawClient connects to socket and prints the first line it reads.
+func rawClient(socket string) int {
+	c, err := net.Dial("unix", socket)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return 1
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	fmt.Print(line)
+	if err != nil {
+		fmt.Println("read:", err)
+		return 1
+	}
+	return 0
+}
+
+// rawClientBin returns this test binary, which runs as rawClient when
+// called rawclient.
+func rawClientBin(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/a55dbaac/berth/daemon/wire"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/process"
 )
@@ -25,8 +26,13 @@ func psHandler(m *manager.Manager) http.Handler {
 			http.Error(w, "use GET", http.StatusMethodNotAllowed)
 			return
 		}
+		b, err := wire.MarshalJSON(m.Process(r.Context(), "", process.Request{Action: "list"}))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(m.Process(r.Context(), "", process.Request{Action: "list"}))
+		w.Write(append(b, '\n'))
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/cmd/internal/cli"
+	"github.com/a55dbaac/berth/daemon/wire"
 )
 
 func newShellCmd() *cobra.Command {
@@ -83,8 +84,6 @@ func readLines(in io.Reader) (<-chan string, <-chan error) {
 // batchShell runs one command per input line in one session.
 func batchShell(ctx context.Context, r runner, c *common, in io.Reader, out io.Writer) error {
 	lines, errc := readLines(in)
-	enc := json.NewEncoder(out)
-	enc.SetEscapeHTML(false)
 	last := 0
 	for {
 		var line string
@@ -119,19 +118,19 @@ func batchShell(ctx context.Context, r runner, c *common, in io.Reader, out io.W
 			return err
 		}
 		if c.JSON {
-			if err := enc.Encode(res); err != nil {
+			b, err := wire.MarshalJSON(res)
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(out, "%s\n", b); err != nil {
 				return err
 			}
 		} else if res.Error != nil {
 			fmt.Fprintln(os.Stderr, "berth:", *res.Error)
 		}
-		last = res.ExitCode
-		switch {
-		case res.Approval != nil && !res.Approval.Allowed():
-			last = blockedStatus
-		case res.Error != nil:
-			last = errorStatus
-		}
+		// The last line's status, as berth exec's: 126 blocked, 125
+		// berth's failure, 124 moved to the background.
+		last, _ = res.ExitStatus()
 		if ctx.Err() != nil {
 			return exitError{130}
 		}

@@ -13,6 +13,11 @@
 // berth-engine binary, which takes this process's place (exec, same pid)
 // with the same arguments. It links neither pflag nor package net, so it
 // starts without the C library.
+//
+// The front talks only to the daemon of the engine it would exec (the
+// socket is named after that engine's build, wire.EngineIdentity), and
+// execs only an engine of its own build: it passes its build in
+// BERTH_FRONT_BUILD, and an engine of another build refuses to run.
 package main
 
 import (
@@ -35,22 +40,31 @@ import (
 const engineName = "berth-engine"
 
 func main() {
-	if code, ok := quickExec(os.Args[1:]); ok {
-		os.Exit(code)
-	}
-	engine, err := findEngine()
-	if err != nil {
+	// Before anything else: the environment holds the caller's secrets.
+	if err := cli.Harden(); err != nil {
 		fmt.Fprintln(os.Stderr, "berth:", err)
-		os.Exit(125)
+		os.Exit(cli.StatusError)
 	}
-	err = syscall.Exec(engine, append([]string{os.Args[0]}, os.Args[1:]...), os.Environ())
+	engine, engineErr := findEngine()
+	if engineErr == nil {
+		if code, ok := quickExec(os.Args[1:], engine); ok {
+			os.Exit(code)
+		}
+	}
+	if engineErr != nil {
+		fmt.Fprintln(os.Stderr, "berth:", engineErr)
+		os.Exit(cli.StatusError)
+	}
+	env := append(os.Environ(), wire.FrontBuildEnv+"="+wire.Build())
+	err := syscall.Exec(engine, append([]string{os.Args[0]}, os.Args[1:]...), env)
 	fmt.Fprintf(os.Stderr, "berth: run %s: %v\n", engine, err)
-	os.Exit(125)
+	os.Exit(cli.StatusError)
 }
 
-// quickExec answers `berth exec` through a running daemon. It reports
-// false, having run nothing, when the call is for the engine.
-func quickExec(args []string) (int, bool) {
+// quickExec answers `berth exec` through a running daemon of engine's
+// build. It reports false, having run nothing, when the call is for the
+// engine.
+func quickExec(args []string, engine string) (int, bool) {
 	if len(args) == 0 || args[0] != "exec" {
 		return 0, false
 	}
@@ -69,7 +83,7 @@ func quickExec(args []string) (int, bool) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cl, err := wire.Dial(ctx, wire.DialOptions{Home: home, NoStart: true})
+	cl, err := wire.Dial(ctx, wire.DialOptions{Home: home, Identity: wire.EngineIdentity(engine), NoStart: true})
 	if err != nil {
 		return 0, false
 	}
@@ -88,7 +102,7 @@ func quickExec(args []string) (int, bool) {
 		return 0, false
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "berth:", err)
-		return 125, true
+		return cli.StatusError, true
 	}
 	return code, true
 }

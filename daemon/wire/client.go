@@ -23,6 +23,10 @@ var ErrNotRunning = errors.New("no berth daemon is running for this home")
 type DialOptions struct {
 	// Home is the berth home whose daemon to reach.
 	Home string
+	// Identity is the daemon's build (Identity); "" means this
+	// executable's (SelfIdentity). The front gives that of the engine it
+	// would exec (EngineIdentity).
+	Identity string
 	// NoStart reports ErrNotRunning instead of starting a daemon.
 	NoStart bool
 	// Exe and Args start a daemon (the berth binary and its hidden
@@ -42,15 +46,39 @@ type Client struct {
 	c  *Conn
 	// Started reports that this Dial started the daemon.
 	Started bool
+	// hello is the daemon's hello, once read (Hello, or the first frames
+	// of Run); refused is its refusal instead.
+	hello   *Hello
+	refused *ReplyError
 }
 
 // Dial connects to the daemon of the home, starting one if none runs: a
 // socket nobody answers (a daemon that crashed or was killed) is replaced.
 // Concurrent callers end up with one daemon: the start happens under a
 // lock file, and whoever gets the lock second finds the first one's daemon.
+//
+// Before connecting or starting anything it checks that the home and its
+// daemon directory are the caller's own (CheckHome); after connecting,
+// that the daemon runs as the caller's uid (SO_PEERCRED). Either failing is
+// an error wrapping ErrUntrusted, and nothing was sent.
 func Dial(ctx context.Context, opts DialOptions) (*Client, error) {
-	paths, err := PathsFor(opts.Home)
+	id := opts.Identity
+	if id == "" {
+		id = SelfIdentity()
+	}
+	paths, err := PathsOf(opts.Home, id)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(opts.Home); errors.Is(err, os.ErrNotExist) {
+		if opts.NoStart {
+			return nil, ErrNotRunning
+		}
+		if err := os.MkdirAll(opts.Home, 0o700); err != nil {
+			return nil, fmt.Errorf("daemon: create BERTH_HOME %s: %w", opts.Home, err)
+		}
+	}
+	if err := CheckHome(opts.Home); err != nil {
 		return nil, err
 	}
 	if c, err := connect(paths.Socket); err == nil || !isNotListening(err) {
@@ -79,9 +107,24 @@ func Dial(ctx context.Context, opts DialOptions) (*Client, error) {
 	return start(ctx, paths, opts)
 }
 
-// connect dials the socket. It uses the socket calls themselves rather
-// than package net, which would make the front binary load the C library
-// at every start (about 3 ms here).
+// Connect connects to the daemon of paths (one of Daemons) in the home,
+// without starting one: ErrNotRunning when nobody answers. The home is
+// checked as Dial checks it.
+func Connect(home string, paths Paths) (*Client, error) {
+	if err := CheckHome(home); err != nil {
+		return nil, err
+	}
+	c, err := connect(paths.Socket)
+	if err != nil && isNotListening(err) {
+		return nil, ErrNotRunning
+	}
+	return c, err
+}
+
+// connect dials the socket and checks that its daemon runs as this user.
+// It uses the socket calls themselves rather than package net, which
+// would make the front binary load the C library at every start (about
+// 3 ms here).
 func connect(path string) (*Client, error) {
 	// Non-blocking, so that the runtime's poller serves it and read
 	// deadlines work; a unix connect does not wait for the daemon to
@@ -103,6 +146,10 @@ func connect(path string) (*Client, error) {
 	if err != nil {
 		unix.Close(fd)
 		return nil, &os.PathError{Op: "connect", Path: path, Err: err}
+	}
+	if err := serverUID(fd, path); err != nil {
+		unix.Close(fd)
+		return nil, err
 	}
 	nc := os.NewFile(uintptr(fd), path)
 	return &Client{nc: nc, c: NewConn(nc)}, nil
@@ -212,6 +259,53 @@ func logTail(path string, off int64) string {
 // Close ends the connection.
 func (c *Client) Close() error { return c.nc.Close() }
 
+// helloTimeout bounds the wait for a daemon's hello.
+const helloTimeout = 10 * time.Second
+
+// Hello waits for the daemon's hello: a *ReplyError (with Code
+// CodeSandboxed or CodeOtherUser) when the daemon refuses this caller.
+// Run reads the hello by itself; a caller calls Hello first to know,
+// before it sends anything, whether the daemon serves it.
+func (c *Client) Hello() (*Hello, error) {
+	if c.hello == nil && c.refused == nil {
+		_ = c.nc.SetReadDeadline(time.Now().Add(helloTimeout))
+		f, err := c.c.Recv()
+		_ = c.nc.SetReadDeadline(time.Time{})
+		if err != nil {
+			return nil, fmt.Errorf("daemon: no hello from %s: %w", c.nc.Name(), err)
+		}
+		if !c.first(f) {
+			return nil, fmt.Errorf("daemon: %s opened with a %q frame, not a hello (a daemon from before protocol %d?)", c.nc.Name(), f.T, ProtocolVersion)
+		}
+	}
+	if c.refused != nil {
+		return nil, c.refused
+	}
+	return c.hello, nil
+}
+
+// beforeHello is the error of a connection that failed before the
+// daemon's hello: the daemon never took the request (it was exiting, its
+// socket still queued connections), so nothing ran, and the error wraps
+// ErrNotRunning.
+func (c *Client) beforeHello(err error) error {
+	return fmt.Errorf("daemon: the connection to %s ended before the daemon's hello (%v); nothing ran: %w", c.nc.Name(), err, ErrNotRunning)
+}
+
+// first takes f as the connection's first frame if it is a hello or a
+// refusal, and reports whether it was.
+func (c *Client) first(f Frame) bool {
+	switch {
+	case f.T == FrameHello && f.Hello != nil:
+		c.hello = f.Hello
+	case f.T == FrameResult && f.Reply != nil && f.Reply.Error != "" && c.hello == nil:
+		c.refused = &ReplyError{Msg: f.Reply.Error, Code: f.Reply.Code}
+	default:
+		return false
+	}
+	return true
+}
+
 // Do sends a request that needs no streaming (status, stop, meta, env)
 // and returns its reply. A reply with Error set is returned as an error.
 func (c *Client) Do(req Request) (*Reply, error) {
@@ -234,20 +328,31 @@ type RunOptions struct {
 	// Ask answers approval questions; nil answers that nobody can be
 	// asked.
 	Ask AskFunc
+	// Getenv answers the daemon's getenv frames with KEY=VALUE of the
+	// names the caller has; nil means this process's environment.
+	Getenv func(names []string) []string
 }
 
 // Run sends req and relays its frames until the result: output to
-// opts.Stdout, approval questions to opts.Asker. The end of ctx interrupts
-// the command (the daemon answers with exit status 130).
+// opts.Stdout, approval questions to opts.Asker, the values of variables
+// the call reads from opts.Getenv. The end of ctx interrupts the command
+// (the daemon answers with exit status 130).
 func (c *Client) Run(ctx context.Context, req Request, opts RunOptions) (*Reply, error) {
 	req.Version = ProtocolVersion
+	if c.refused != nil {
+		return nil, c.refused
+	}
 	if err := c.c.Send(Frame{T: FrameRequest, Req: &req}); err != nil {
 		// A daemon that refuses the connection says why before closing.
 		_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
 		if f, rerr := c.c.Recv(); rerr == nil && f.T == FrameResult && f.Reply != nil && f.Reply.Error != "" {
-			return f.Reply, &ReplyError{Msg: f.Reply.Error}
+			return f.Reply, &ReplyError{Msg: f.Reply.Error, Code: f.Reply.Code}
 		}
-		return nil, err
+		return nil, c.beforeHello(err)
+	}
+	getenv := opts.Getenv
+	if getenv == nil {
+		getenv = lookupEnv
 	}
 	frames := make(chan Frame, 16)
 	readErr := make(chan error, 1)
@@ -271,12 +376,25 @@ func (c *Client) Run(ctx context.Context, req Request, opts RunOptions) (*Reply,
 		case f, ok := <-frames:
 			if !ok {
 				err := <-readErr
+				if c.hello == nil && c.refused == nil {
+					return nil, c.beforeHello(err)
+				}
 				if errors.Is(err, io.EOF) {
 					err = errors.New("the berth daemon closed the connection before answering (see " + "berth daemon status" + " and its log)")
 				}
 				return nil, fmt.Errorf("daemon: %w", err)
 			}
+			if c.hello == nil && c.refused == nil && c.first(f) {
+				if c.refused != nil {
+					return nil, c.refused
+				}
+				continue
+			}
 			switch f.T {
+			case FrameGetenv:
+				if err := c.c.Send(Frame{T: FrameEnv, Env: getenv(f.Names)}); err != nil {
+					return nil, err
+				}
 			case FrameOut:
 				if opts.Stdout != nil {
 					_, _ = opts.Stdout.Write(f.Data)
@@ -288,7 +406,7 @@ func (c *Client) Run(ctx context.Context, req Request, opts RunOptions) (*Reply,
 					return nil, errors.New("daemon: empty result")
 				}
 				if f.Reply.Error != "" {
-					return f.Reply, &ReplyError{Msg: f.Reply.Error}
+					return f.Reply, &ReplyError{Msg: f.Reply.Error, Code: f.Reply.Code}
 				}
 				return f.Reply, nil
 			}
@@ -317,33 +435,16 @@ func (c *Client) answer(ctx context.Context, f Frame, ask AskFunc) {
 }
 
 // ReplyError is a request the daemon could not serve (bad configuration,
-// another user, shutting down).
-type ReplyError struct{ Msg string }
+// another user, shutting down); Code says which kind (the Code*
+// constants).
+type ReplyError struct{ Msg, Code string }
 
 func (e *ReplyError) Error() string {
 	return "berth daemon: " + strings.TrimPrefix(e.Msg, "berth daemon: ")
 }
 
-// PrivateDir creates dir with mode 0700 and makes sure it is this user's
-// and nobody else's.
-func PrivateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("daemon: create %s: %w", dir, err)
-	}
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return fmt.Errorf("daemon: stat %s: %w", dir, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("daemon: %s is not a directory; remove it", dir)
-	}
-	if int(st.Uid) != os.Getuid() {
-		return fmt.Errorf("daemon: %s belongs to uid %d, not to this user (uid %d); remove it or use another BERTH_HOME", dir, st.Uid, os.Getuid())
-	}
-	if st.Mode&0o077 != 0 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return fmt.Errorf("daemon: chmod %s 0700: %w", dir, err)
-		}
-	}
-	return nil
+// IsCode reports whether err is a ReplyError with the code.
+func IsCode(err error, code string) bool {
+	var re *ReplyError
+	return errors.As(err, &re) && re.Code == code
 }

@@ -9,7 +9,18 @@
 // configuration loader. The daemon itself is package daemon.
 //
 // The protocol is newline-delimited JSON frames over a unix socket, one
-// request at a time per connection (see Request and Frame).
+// request at a time per connection (see Request and Frame). Every
+// connection opens with the daemon's hello frame (or its refusal), and a
+// daemon serves only callers of its own build: the socket is named after
+// the build (PathsFor, Identity).
+//
+// Trust runs both ways. The daemon serves only its own user in its own
+// namespaces (a sandboxed caller is refused, and runs in one process
+// inside its sandbox instead). The caller talks only to a daemon in a home
+// that is its own and nobody else may write (CheckHome), served by its
+// own uid (checked with SO_PEERCRED before anything is sent), and sends it
+// only what configuration loading reads (CallerEnv): the daemon asks for
+// any other variable it reads (a getenv frame) while the call runs.
 package wire
 
 import (
@@ -20,17 +31,24 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 )
 
-// ProtocolVersion is the version of the frames below. A daemon refuses a
-// request of another version with an error that says to stop it.
+// ProtocolVersion is the version of the frames below; it is part of the
+// socket's name, so builds of different versions never meet. A daemon
+// still refuses a request of another version (a client that named the
+// socket by hand), answering status and stop only.
 //
 // 2: Quick requests, and the exit status in the reply (a daemon of
 // version 1 would run a Quick request it should hand back, and leave the
 // front's exit status at 0).
-const ProtocolVersion = 2
+//
+// 3: the hello frame, Reply.Code, Inputs.Names and the getenv/env frames
+// (the caller no longer sends its whole environment).
+const ProtocolVersion = 3
 
 // The operations of a Request.
 const (
@@ -43,12 +61,15 @@ const (
 
 // The kinds of a Frame.
 const (
+	FrameHello     = "hello"     // daemon → client, first on every connection: Hello
 	FrameRequest   = "request"   // client → daemon: Req
 	FrameInterrupt = "interrupt" // client → daemon: stop the running command (Ctrl-C)
 	FrameAnswer    = "answer"    // client → daemon: Answer (or Err) to an ask
+	FrameEnv       = "env"       // client → daemon: Env, the values of a getenv's Names it has
 	FrameOut       = "out"       // daemon → client: Data, processed output as it comes
 	FrameAsk       = "ask"       // daemon → client: Question for the human
-	FrameResult    = "result"    // daemon → client: the request's answer
+	FrameGetenv    = "getenv"    // daemon → client: Names, variables the call reads that were not sent
+	FrameResult    = "result"    // daemon → client: the request's answer (or the connection's refusal)
 )
 
 // Inputs are what a caller's configuration is made of: the daemon loads
@@ -59,8 +80,14 @@ type Inputs struct {
 	ConfigPath string `json:"config_path,omitempty"`
 	// Flags are config.LoadOptions.Flags (e.g. {"backend": "docker"}).
 	Flags map[string]string `json:"flags,omitempty"`
-	// Env is the caller's environment, KEY=VALUE.
+	// Env is the part of the caller's environment that configuration
+	// loading reads (CallerEnv), KEY=VALUE.
 	Env []string `json:"env"`
+	// Names are the names of every other variable the caller has, without
+	// their values: the daemon asks for the value of one it reads (a
+	// getenv frame: a backend's credentials, env_passthrough and
+	// docker_forward_env names) while the call runs.
+	Names []string `json:"names,omitempty"`
 	// Cwd is the caller's working directory: where a local environment
 	// created by this call starts when terminal.cwd is unset.
 	Cwd string `json:"cwd"`
@@ -95,12 +122,25 @@ type Request struct {
 	Quick bool `json:"quick,omitempty"`
 }
 
-// Reply is the payload of a result frame.
+// Reply is the payload of a result frame. Which fields each operation
+// sets:
+//
+//	op      Result                   Tail Notes Cwd Backend Status Exit ExitMessage Fallback Warnings
+//	run     terminal.Result          yes  yes   yes yes     -      yes  yes         Quick    Quick
+//	meta    the process tool's reply -    yes   -   yes     -      -    -           -        -
+//	env     -                        -    yes   yes yes     -      -    -           -        -
+//	status  -                        -    -     -   -       yes    -    -           -        -
+//	stop    -                        -    -     -   -       -      -    -           -        -
+//
+// Error (with Code) replaces all of them when the request could not be
+// served, and is the whole reply of a refused connection.
 type Reply struct {
 	// Error is set when the request could not be served at all (bad
 	// configuration, daemon shutting down); the other fields are then
-	// empty.
+	// empty. Code says what kind of failure it is, for callers that act
+	// on it.
 	Error string `json:"error,omitempty"`
+	Code  string `json:"code,omitempty"`
 	// Result is the run's terminal.Result, or the meta line's answer, as
 	// JSON.
 	Result json.RawMessage `json:"result,omitempty"`
@@ -127,10 +167,46 @@ type Reply struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
+// The codes of a Reply with Error.
+const (
+	// CodeOtherUser: the connection is refused: the caller runs as
+	// another user than the daemon.
+	CodeOtherUser = "other_user"
+	// CodeSandboxed: the connection is refused: the caller runs in other
+	// namespaces or under another seccomp filter than the daemon (a
+	// sandbox, or a daemon started in one). Nothing ran; the caller runs
+	// the call in one process, inside its own sandbox.
+	CodeSandboxed = "sandboxed"
+	// CodeVersion: the request is of another protocol version.
+	CodeVersion = "version"
+	// CodeNotMeta: a meta request whose line is not a ":verb ..."
+	// process-tool line; the caller runs it as a command.
+	CodeNotMeta = "not_meta"
+	// CodeConfig: the caller's configuration cannot be loaded or is not
+	// to be trusted.
+	CodeConfig = "config"
+	// CodeShuttingDown: the daemon is stopping; try again.
+	CodeShuttingDown = "shutting_down"
+	// CodeFailed: any other failure.
+	CodeFailed = "failed"
+)
+
+// Hello opens every connection the daemon accepts.
+type Hello struct {
+	Protocol int    `json:"protocol"`
+	Identity string `json:"identity"` // the daemon's socket name part (Identity)
+	PID      int    `json:"pid"`
+}
+
 // Frame is one message on the socket.
 type Frame struct {
-	T   string   `json:"t"`
-	Req *Request `json:"req,omitempty"`
+	T     string   `json:"t"`
+	Hello *Hello   `json:"hello,omitempty"`
+	Req   *Request `json:"req,omitempty"`
+	// Names are the variables a getenv asks for; Env the values the
+	// caller has of them (env), KEY=VALUE.
+	Names []string `json:"names,omitempty"`
+	Env   []string `json:"env,omitempty"`
 	// Data is a chunk of output (out).
 	Data []byte `json:"d,omitempty"`
 	// Question is an approval.Question as JSON (ask); Answer an
@@ -143,7 +219,10 @@ type Frame struct {
 
 // Status describes a running daemon.
 type Status struct {
-	PID          int           `json:"pid"`
+	PID int `json:"pid"`
+	// Identity names the daemon's build (its socket is berth-<identity>.sock);
+	// empty from daemons before protocol 3.
+	Identity     string        `json:"identity,omitempty"`
 	Socket       string        `json:"socket"`
 	Home         string        `json:"home"`
 	Started      time.Time     `json:"started"`
@@ -164,13 +243,14 @@ type EnvStatus struct {
 	Processes int       `json:"background_processes"`
 }
 
-// Paths are the files of the daemon of one berth home.
+// Paths are the files of the daemon of one build in a berth home.
 type Paths struct {
-	Dir    string // $BERTH_HOME/daemon, mode 0700
-	Socket string // the unix socket, mode 0600
-	PID    string // the daemon's pid; flock-ed by the daemon while it lives
-	Lock   string // flock-ed by a client while it starts a daemon
-	Log    string // the daemon's stdout and stderr
+	Identity string // the build (Identity); "" for a daemon from before protocol 3
+	Dir      string // $BERTH_HOME/daemon, mode 0700
+	Socket   string // the unix socket, mode 0600: berth-<identity>.sock
+	PID      string // the daemon's pid; flock-ed by the daemon while it lives
+	Lock     string // flock-ed by a client while it starts a daemon
+	Log      string // the stdout and stderr of every daemon of the home
 }
 
 // maxSocketPath is the longest path a unix socket address holds on Linux
@@ -181,20 +261,58 @@ const maxSocketPath = 107
 // address; callers fall back to running in one process.
 var ErrPathTooLong = errors.New("daemon: socket path too long for a unix socket")
 
-// PathsFor returns the daemon files of the berth home.
-func PathsFor(home string) (Paths, error) {
+// PathsFor returns the files of this executable's daemon (SelfIdentity)
+// in the berth home.
+func PathsFor(home string) (Paths, error) { return PathsOf(home, SelfIdentity()) }
+
+// PathsOf returns the files of the daemon of build identity in the berth
+// home; identity "" names the files of a daemon from before protocol 3.
+func PathsOf(home, identity string) (Paths, error) {
 	dir := filepath.Join(home, "daemon")
+	name := "berth"
+	if identity != "" {
+		name += "-" + identity
+	}
 	p := Paths{
-		Dir:    dir,
-		Socket: filepath.Join(dir, "berth.sock"),
-		PID:    filepath.Join(dir, "berth.pid"),
-		Lock:   filepath.Join(dir, "start.lock"),
-		Log:    filepath.Join(dir, "berth.log"),
+		Identity: identity,
+		Dir:      dir,
+		Socket:   filepath.Join(dir, name+".sock"),
+		PID:      filepath.Join(dir, name+".pid"),
+		Lock:     filepath.Join(dir, "start-"+identity+".lock"),
+		Log:      filepath.Join(dir, "berth.log"),
+	}
+	if identity == "" {
+		p.Lock = filepath.Join(dir, "start.lock")
 	}
 	if len(p.Socket) > maxSocketPath {
 		return p, fmt.Errorf("%w: %s is %d bytes, at most %d fit (choose a shorter BERTH_HOME)", ErrPathTooLong, p.Socket, len(p.Socket), maxSocketPath)
 	}
 	return p, nil
+}
+
+// Daemons returns the files of every daemon socket in the home, of any
+// build, this executable's first: what berth daemon status and stop act
+// on.
+func Daemons(home string) ([]Paths, error) {
+	socks, err := filepath.Glob(filepath.Join(home, "daemon", "berth*.sock"))
+	if err != nil {
+		return nil, err
+	}
+	self := SelfIdentity()
+	var out []Paths
+	for _, s := range socks {
+		id := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(s), "berth"), ".sock")
+		if id != "" && !strings.HasPrefix(id, "-") {
+			continue
+		}
+		p, err := PathsOf(home, strings.TrimPrefix(id, "-"))
+		if err != nil {
+			continue
+		}
+		out = append(out, p)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Identity == self && out[j].Identity != self })
+	return out, nil
 }
 
 // maxFrame bounds one frame (a command, an environment, an output chunk).
@@ -213,15 +331,27 @@ func NewConn(rw io.ReadWriteCloser) *Conn {
 	return &Conn{rw: rw, r: bufio.NewReaderSize(rw, 64<<10)}
 }
 
-// Send writes one frame.
-func (c *Conn) Send(f Frame) error {
+// MarshalJSON encodes v as berth prints results and sends frames: without
+// escaping <, > and & (commands are full of them), with no trailing
+// newline. It is the one JSON encoder of results: the daemon's replies,
+// berth exec --json and berth shell --json.
+func MarshalJSON(v any) (json.RawMessage, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // keeps raw results as they are
-	if err := enc.Encode(f); err != nil {
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// Send writes one frame.
+func (c *Conn) Send(f Frame) error {
+	b, err := MarshalJSON(f)
+	if err != nil {
 		return fmt.Errorf("daemon: encode %s frame: %w", f.T, err)
 	}
-	b := buf.Bytes()
+	b = append(b, '\n')
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if _, err := c.rw.Write(b); err != nil {

@@ -32,6 +32,27 @@ import (
 )
 
 // Flags are the flags of the commands that run things.
+//
+// A flag of berth exec is defined in three places, which tests hold
+// together: its field here, its pflag definition (flagset.AddRun or
+// AddNoDaemon) and the front's table (execFlags in parse.go;
+// TestParseExecKnowsEveryExecFlag fails until it is there).
+//
+// A flag that applies per call rather than to the configuration (as
+// --timeout and --workdir do) travels with each request to the daemon and
+// touches three more:
+//
+//   - a field of wire.Request (daemon/wire/wire.go), set in Flags.Request
+//     below;
+//   - daemon's run (daemon/run.go), which passes it to manager.Run, as
+//     terminal.Request does;
+//   - the engine's localRunner.run (cmd/berth-engine/daemoncmd.go), the
+//     same call in one process.
+//
+// A flag that sets a configuration key instead goes into Inputs.Flags
+// (below), and the daemon loads it with the rest of the configuration; if
+// that key must not make a new environment when it changes, declare it
+// per call (config.PerCall).
 type Flags struct {
 	ConfigPath string
 	Backend    string
@@ -40,6 +61,24 @@ type Flags struct {
 	Workdir    string
 	JSON       bool
 	NoDaemon   bool
+}
+
+// StatusError is the exit status of berth's own failure (bad flags,
+// unreachable backend, no engine): terminal.StatusError, which the front
+// cannot link; a test holds the two together.
+const StatusError = 125
+
+// Harden makes this process non-dumpable (PR_SET_DUMPABLE 0), as
+// hostproc.Harden does for the engine: its /proc files (environ, mem)
+// then belong to root, so another process of the same user, a command
+// berth runs included, cannot read the secrets in its environment. The
+// front calls it first thing; an exec (of the engine) makes the process
+// dumpable again, and the engine calls hostproc.Harden.
+func Harden() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", err)
+	}
+	return nil
 }
 
 // NoDaemonEnv set to anything but "", "0", "false", "no" or "off" keeps
@@ -56,9 +95,13 @@ func DaemonOffInEnv() bool {
 }
 
 // Inputs are the caller's configuration inputs, for the daemon. The
-// timeout is not among them: it travels with each command.
+// timeout is not among them: it travels with each command. Of the
+// environment they carry only what configuration loading reads
+// (wire.CallerEnv); the daemon asks for any other variable it reads while
+// the call runs.
 func (f *Flags) Inputs() (wire.Inputs, error) {
-	in := wire.Inputs{Env: os.Environ(), Flags: map[string]string{}}
+	env, names := wire.CallerEnv(os.Environ())
+	in := wire.Inputs{Env: env, Names: names, Flags: map[string]string{}}
 	if f.Backend != "" {
 		in.Flags["backend"] = f.Backend
 	}
@@ -124,8 +167,10 @@ func RunStreamed(ctx context.Context, cl *wire.Client, req wire.Request, out io.
 	return rep, nil
 }
 
-// ErrFallback says the daemon answered a Quick request with Fallback:
-// nothing ran, and the caller must serve the call itself.
+// ErrFallback says the daemon answered a Quick request with Fallback,
+// refused a caller in another sandbox (wire.CodeSandboxed), or went away
+// before its hello (wire.ErrNotRunning): nothing ran, and the caller must
+// serve the call itself.
 var ErrFallback = errors.New("the daemon asks the caller to run this itself")
 
 // Exec is berth exec through the daemon: it runs req, prints the output
@@ -139,6 +184,9 @@ func Exec(ctx context.Context, cl *wire.Client, req wire.Request, asJSON bool, a
 		out = stdout
 	}
 	rep, err := RunStreamed(ctx, cl, req, out, ask, stderr)
+	if wire.IsCode(err, wire.CodeSandboxed) || errors.Is(err, wire.ErrNotRunning) {
+		return 0, fmt.Errorf("%w: %v", ErrFallback, err)
+	}
 	if err != nil {
 		return 0, err
 	}
