@@ -200,8 +200,9 @@ func profileNames(m map[string]profileFile) string {
 }
 
 // newClient connects the Modal SDK with exactly the resolved credentials
-// and server. Building the client fetches an auth token (AuthTokenGet), so
-// a rejected credential or an unreachable server shows here.
+// and server, and checks them with one authenticated call (the SDK fetches
+// its auth token, AuthTokenGet, before the first call and not before), so a
+// rejected credential or an unreachable server shows here.
 func newClient(ctx context.Context, c credentials, log *slog.Logger) (*modal.Client, error) {
 	params := &modal.ClientParams{
 		TokenID:     c.TokenID,
@@ -219,6 +220,14 @@ func newClient(ctx context.Context, c credentials, log *slog.Logger) (*modal.Cli
 	done := make(chan res, 1)
 	go func() {
 		cl, err := modal.NewClientWithOptions(params)
+		if err == nil {
+			// A lookup without creation: NotFound is a fine answer, it
+			// came after the token was accepted.
+			if _, perr := cl.Apps.FromName(ctx, probeApp, nil); perr != nil && !isNotFound(perr) {
+				cl.Close()
+				cl, err = nil, perr
+			}
+		}
 		done <- res{cl, err}
 	}()
 	select {
@@ -236,6 +245,10 @@ func newClient(ctx context.Context, c credentials, log *slog.Logger) (*modal.Cli
 		return nil, &backend.UnreachableError{Backend: Name, Target: c.ServerURL, Hint: "check the network, or MODAL_SERVER_URL", Err: ctx.Err()}
 	}
 }
+
+// probeApp is the app newClient looks up to check the credentials; it need
+// not exist.
+const probeApp = "berth-credentials-check"
 
 // clientError classifies a failure to build the client.
 func clientError(c credentials, err error) error {
