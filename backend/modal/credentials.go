@@ -14,6 +14,7 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	modal "github.com/modal-labs/libmodal/modal-go"
 	"github.com/pelletier/go-toml/v2"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -203,12 +204,17 @@ func profileNames(m map[string]profileFile) string {
 // and server, and checks them with one authenticated call (the SDK fetches
 // its auth token, AuthTokenGet, before the first call and not before), so a
 // rejected credential or an unreachable server shows here.
-func newClient(ctx context.Context, c credentials, log *slog.Logger) (*modal.Client, error) {
+//
+// Every unary control-plane call goes through berth's retries (retry):
+// throttled and transiently failed calls are retried with backoff for the
+// retry budget, then given up with a *GaveUpError.
+func newClient(ctx context.Context, c credentials, log *slog.Logger, retry retryPolicy) (*modal.Client, error) {
 	params := &modal.ClientParams{
-		TokenID:     c.TokenID,
-		TokenSecret: c.TokenSecret,
-		Environment: c.Environment,
-		Logger:      log,
+		TokenID:               c.TokenID,
+		TokenSecret:           c.TokenSecret,
+		Environment:           c.Environment,
+		Logger:                log,
+		GRPCUnaryInterceptors: []grpc.UnaryClientInterceptor{retryInterceptor(retry, log)},
 	}
 	if err := setProfile(params, c); err != nil {
 		return nil, err
@@ -252,6 +258,12 @@ const probeApp = "berth-credentials-check"
 
 // clientError classifies a failure to build the client.
 func clientError(c credentials, err error) error {
+	if g, ok := gaveUp(err); ok {
+		if g.Throttled() {
+			return fmt.Errorf("modal: connect to %s: %w", c.ServerURL, err)
+		}
+		return &backend.UnreachableError{Backend: Name, Target: c.ServerURL, Hint: "check the network, or MODAL_SERVER_URL", Err: err}
+	}
 	switch status.Code(unwrapAll(err)) {
 	case codes.Unauthenticated, codes.PermissionDenied:
 		return &CredentialsError{Source: c.Source, Reason: "Modal at " + c.ServerURL + " rejected the token " + c.TokenID, Err: err}
@@ -274,7 +286,7 @@ func unwrapAll(err error) error {
 }
 
 // setProfile gives the SDK one profile with the resolved server URL and
-// credentials. SDK v0.7.0 takes the server URL only from MODAL_SERVER_URL in
+// credentials. SDK v0.7 takes the server URL only from MODAL_SERVER_URL in
 // the process environment or from its config file, and its ClientParams
 // field for an in-memory config has an unexported type; it is filled here
 // by reflection so that a MODAL_SERVER_URL or profile read through berth's
@@ -283,7 +295,7 @@ func unwrapAll(err error) error {
 // one). The process environment still overrides it inside the SDK, as it
 // overrides any profile.
 func setProfile(p *modal.ClientParams, c credentials) error {
-	shapeErr := errors.New("modal: the Modal SDK's ClientParams.Config is not the map of profiles of modal-go v0.7.0; this berth needs that version")
+	shapeErr := errors.New("modal: the Modal SDK's ClientParams.Config is not the map of profiles of modal-go v0.7; this berth needs modal-go v0.7.3")
 	f := reflect.ValueOf(p).Elem().FieldByName("Config")
 	if !f.IsValid() || !f.CanSet() || f.Kind() != reflect.Pointer || f.Type().Elem().Kind() != reflect.Map {
 		return shapeErr
