@@ -106,9 +106,9 @@ func (b *Backend) Renew(ctx context.Context) bool {
 }
 
 // carryOver replaces the sandbox by one started from a snapshot of it. It
-// reports whether the old sandbox was ended (the snapshot was taken); a
-// failed snapshot leaves it running and retries a little later. b.mu is
-// held.
+// reports whether the old sandbox was ended; when it could not be
+// snapshotted or terminated it is left running and the carry-over is tried
+// again a little later. b.mu is held.
 func (b *Backend) carryOver(ctx context.Context) bool {
 	old := b.sb
 	left := time.Until(b.life.deadline).Round(time.Second)
@@ -132,8 +132,9 @@ func (b *Backend) carryOver(ctx context.Context) bool {
 	}
 	// The old sandbox must be gone before its name is free for the next.
 	if _, err := old.Terminate(ctx, &modal.SandboxTerminateParams{Wait: true}); err != nil && !isNotFound(err) {
-		b.log.Warn("modal: terminate the sandbox being carried over", "sandbox", old.SandboxID, "err", err)
-		old.Detach()
+		b.life.notBefore = time.Now().Add(max(b.life.margin(b.set.Timeout)/8, time.Second))
+		b.log.Warn("modal: the sandbox nears the end of its lifetime but could not be terminated to carry it over; trying again shortly", "sandbox", old.SandboxID, "left", left, "err", err)
+		return false
 	}
 	b.sb = nil
 	b.life.carried++
