@@ -39,7 +39,6 @@ type sandbox struct {
 	imageID     string
 	def         *pb.Sandbox
 	created     time.Time // when SandboxCreate arrived: the lifetime counts from here
-	scheduledAt time.Time // until then the sandbox has no task id (Faults.SchedulingDelay)
 	containerID string
 	pid         int // the container's init process, on the host
 	secretEnv   []string
@@ -57,6 +56,9 @@ type sandbox struct {
 	running    int                  // execs started and not exited
 	lastActive time.Time
 	poke       chan struct{} // wakes the idle watcher
+	// scheduledAt: until then the sandbox has no task id
+	// (Faults.SchedulingDelay), counted from when SandboxCreate answered.
+	scheduledAt time.Time
 }
 
 func (sb *sandbox) finished() *pb.GenericResult {
@@ -84,7 +86,11 @@ func (sb *sandbox) info() SandboxInfo {
 
 // scheduled reports whether the sandbox has left scheduling (its task id
 // is known to clients).
-func (sb *sandbox) scheduled() bool { return !time.Now().Before(sb.scheduledAt) }
+func (sb *sandbox) scheduled() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return !time.Now().Before(sb.scheduledAt)
+}
 
 // touch records activity (an exec starting or ending, stdin written) for
 // the idle timeout.
@@ -273,7 +279,7 @@ func (s *Server) createSandbox(ctx context.Context, appID string, def *pb.Sandbo
 		imageID:     img.id,
 		def:         proto.Clone(def).(*pb.Sandbox),
 		created:     arrived,
-		scheduledAt: arrived.Add(s.current().SchedulingDelay.pick()),
+		scheduledAt: arrived.Add(maxTimeout), // set when SandboxCreate answers
 		secretEnv:   envList,
 		timeout:     timeout,
 		idleTimeout: idle,
@@ -303,7 +309,11 @@ func (s *Server) createSandbox(ctx context.Context, appID string, def *pb.Sandbo
 	s.mu.Unlock()
 	rec.SandboxID = sb.id
 
-	if err := s.startContainer(ctx, sb, img); err != nil {
+	err = s.startContainer(ctx, sb, img)
+	sb.mu.Lock()
+	sb.scheduledAt = time.Now().Add(s.current().SchedulingDelay.pick())
+	sb.mu.Unlock()
+	if err != nil {
 		s.log.Warn("modalfake: sandbox failed to start", "sandbox", sb.id, "err", err)
 		s.finish(sb, result(pb.GenericResult_GENERIC_STATUS_INIT_FAILURE, 0, err.Error()))
 		return sb, nil
