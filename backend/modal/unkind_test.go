@@ -26,7 +26,7 @@ import (
 // command and the first file write wait for it instead of failing
 // (modal-go v0.7.0 asked once and failed; v0.7.3 polls).
 func TestFirstCommandWhileScheduling(t *testing.T) {
-	f := newFixtureWith(t, modalfake.Faults{SchedulingDelay: modalfake.Jitter{Min: 1500 * time.Millisecond, Max: 2500 * time.Millisecond}})
+	f := newFixtureWith(t, modalfake.Faults{SchedulingDelay: modalfake.Jitter{Min: 4 * time.Second, Max: 5 * time.Second}})
 	b := newBackend(t, f.options(t, "", nil))
 	r := mustRun(t, newEnv(t, b), terminal.Request{Command: "echo first"})
 	if r.Output != "first" || r.ExitCode != 0 {
