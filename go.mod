@@ -12,7 +12,7 @@ require (
 	github.com/gorilla/websocket v1.5.3
 	github.com/moby/moby/api v1.56.1
 	github.com/moby/moby/client v0.6.2
-	github.com/modal-labs/libmodal/modal-go v0.7.0 // pinned: the module proxy berth is built with refuses later versions; the fake in internal/testenv/modalfake implements the RPCs of exactly this version
+	github.com/modal-labs/libmodal/modal-go v0.7.3
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/pkg/sftp v1.13.12
 	github.com/spf13/cobra v1.10.2

@@ -23,6 +23,10 @@
 //   - [Recreator]: the environment can vanish from outside (a container
 //     removed by hand, a sandbox that timed out) and was rebuilt; berth sets
 //     environment_recreated on the next result.
+//   - [Renewer]: the environment lives a bounded time and is carried over
+//     into a new one before it ends; the session asks between commands,
+//     and restarts its shell (cwd and exported variables restored) after a
+//     carry-over.
 //   - [FileWriter]: a native file API (Docker's archive endpoint, SFTP, a
 //     provider's upload call). write_file sends the bytes through it; a path
 //     it cannot serve is declined with [ErrUnsupported] and the shell takes
@@ -134,6 +138,20 @@ type Backend interface {
 // environment had to be rebuilt since the last call.
 type Recreator interface {
 	Recreated() bool
+}
+
+// Renewer is implemented by backends whose environment lives a bounded
+// time (a provider's hard sandbox lifetime) and is carried over into a new
+// one before it ends, its filesystem kept. The session calls Renew between
+// commands, when nothing of its own runs in the environment, so a backend
+// can carry it over then rather than under a running command. Renew
+// reports whether the environment was carried over since the last call
+// (during the call or in the background): the session's shell was in the
+// old one, so the session starts a new shell with its working directory
+// and exported variables restored. A backend also reports the carry-over
+// as a recreation (Recreator), which the next result says.
+type Renewer interface {
+	Renew(ctx context.Context) bool
 }
 
 // SessionEnver is implemented by backends that have variables to deliver

@@ -416,6 +416,24 @@ func (s *Suite) testShellEnding(t *testing.T) {
 
 // countProcs returns a command counting live processes whose command line
 // contains needle (built so the counting command itself never matches).
+// whenRunning calls f once a process with the argument arg runs in e's
+// environment, seen through a process of its own (or after two minutes,
+// when it never does), so that a test interrupts a command that runs
+// rather than one a slow environment is still starting a shell for.
+func whenRunning(e *terminal.Environment, arg string, f func()) {
+	go func() {
+		defer f()
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			out, _, err := backend.Output(ctx, e.Backend(), backend.ProcSpec{Argv: []string{"/bin/sh", "-c", countArg(arg)}}, nil, 4096)
+			cancel()
+			if n := strings.TrimSpace(string(out)); err == nil && n != "" && n != "0" {
+				return
+			}
+		}
+	}()
+}
+
 func countProcs(needle string) string {
 	half := len(needle) / 2
 	return fmt.Sprintf(`n=0; for f in /proc/[0-9]*/cmdline; do c=$(tr '\000' ' ' 2>/dev/null <"$f"); case "$c" in *"%s""%s"*) n=$((n+1));; esac; done; echo $n`,
@@ -458,13 +476,13 @@ func (s *Suite) testTimeoutBuiltinLoop(t *testing.T) {
 func (s *Suite) testInterrupt(t *testing.T) {
 	e := s.env(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(500 * time.Millisecond); cancel() }()
-	start := time.Now()
+	cancelled := make(chan time.Time, 1)
+	whenRunning(e, "1003"+runTag, func() { cancelled <- time.Now(); cancel() })
 	r := e.Run(ctx, terminal.Request{Command: "echo begin; sleep 1003" + runTag, Timeout: 60})
 	if r.Output != "begin\n[Command interrupted]" || r.ExitCode != 130 {
 		t.Fatalf("interrupt: got %q exit %d", r.Output, r.ExitCode)
 	}
-	if d := time.Since(start); d > 500*time.Millisecond+s.opts.Grace+2*time.Second {
+	if d := time.Since(<-cancelled); d > s.opts.Grace+2*time.Second {
 		t.Errorf("interrupt took %v", d)
 	}
 	expect(t, e, cmd(countProcs("sleep 1003"+runTag)), "0", 0)

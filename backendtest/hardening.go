@@ -70,7 +70,7 @@ func (s *Suite) testStopAfterRedirect(t *testing.T) {
 		t.Fatalf("timeout after redirect: got %q exit %d", r.Output, r.ExitCode)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(500*time.Millisecond, cancel)
+	whenRunning(e, "1050"+runTag, cancel)
 	r = e.Run(ctx, terminal.Request{Command: "exec >/dev/null 2>&1; sleep 1050" + runTag, Timeout: 60})
 	if r.ExitCode != 130 || strings.TrimSpace(r.Output) != "[Command interrupted]" {
 		t.Fatalf("interrupt after redirect: got %q exit %d", r.Output, r.ExitCode)

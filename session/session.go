@@ -304,6 +304,12 @@ func (s *Session) ensure(ctx context.Context) error {
 	if s.closed {
 		return ErrClosed
 	}
+	if r, ok := s.be.(backend.Renewer); ok && r.Renew(ctx) && s.sh != nil {
+		// The environment was carried over into a new one: the shell is
+		// in the old one, which is gone (nothing there to kill).
+		s.release(s.sh)
+		s.sh = nil
+	}
 	if s.sh != nil {
 		if !s.sh.exited() {
 			return nil

@@ -8,15 +8,26 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backendtest"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/testenv/modalfake"
 )
 
-// TestConformance is the modal backend's one entry into berth's suite, on
-// the real Modal SDK against the fake control plane: a fresh sandbox per
-// test, persistent sandboxes for the Persistence group (a second backend
-// for a key reattaches; Close snapshots and the next one restores), and the
+// TestConformance is the modal backend's entry into berth's suite, on the
+// real Modal SDK against the fake control plane: a fresh sandbox per test,
+// persistent sandboxes for the Persistence group (a second backend for a
+// key reattaches; Close snapshots and the next one restores), and the
 // modal-only tests as the Internal group.
-func TestConformance(t *testing.T) {
-	f := newFixture(t)
+func TestConformance(t *testing.T) { runConformance(t, newFixture(t)) }
+
+// TestConformanceRealistic runs the same suite against a fake as unkind as
+// the real Modal (modalfake.Realistic): sandboxes that take a moment to be
+// scheduled, rate limits, transient failures and broken streams, a router
+// that goes silent when a sandbox dies, lifetimes that end a little early,
+// slow snapshots.
+func TestConformanceRealistic(t *testing.T) {
+	runConformance(t, newFixtureWith(t, modalfake.Realistic()))
+}
+
+func runConformance(t *testing.T, f *fixture) {
 	backendtest.Run(t, func(t testing.TB) backend.Backend {
 		return newBackend(t, f.options(t, "", nil))
 	}, backendtest.Options{

@@ -14,6 +14,7 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	modal "github.com/modal-labs/libmodal/modal-go"
 	"github.com/pelletier/go-toml/v2"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -200,14 +201,20 @@ func profileNames(m map[string]profileFile) string {
 }
 
 // newClient connects the Modal SDK with exactly the resolved credentials
-// and server. Building the client fetches an auth token (AuthTokenGet), so
-// a rejected credential or an unreachable server shows here.
-func newClient(ctx context.Context, c credentials, log *slog.Logger) (*modal.Client, error) {
+// and server, and checks them with one authenticated call (the SDK fetches
+// its auth token, AuthTokenGet, before the first call and not before), so a
+// rejected credential or an unreachable server shows here.
+//
+// Every unary control-plane call goes through berth's retries (retry):
+// throttled and transiently failed calls are retried with backoff for the
+// retry budget, then given up with a *GaveUpError.
+func newClient(ctx context.Context, c credentials, log *slog.Logger, retry retryPolicy) (*modal.Client, error) {
 	params := &modal.ClientParams{
-		TokenID:     c.TokenID,
-		TokenSecret: c.TokenSecret,
-		Environment: c.Environment,
-		Logger:      log,
+		TokenID:               c.TokenID,
+		TokenSecret:           c.TokenSecret,
+		Environment:           c.Environment,
+		Logger:                log,
+		GRPCUnaryInterceptors: []grpc.UnaryClientInterceptor{retryInterceptor(retry, log)},
 	}
 	if err := setProfile(params, c); err != nil {
 		return nil, err
@@ -219,6 +226,14 @@ func newClient(ctx context.Context, c credentials, log *slog.Logger) (*modal.Cli
 	done := make(chan res, 1)
 	go func() {
 		cl, err := modal.NewClientWithOptions(params)
+		if err == nil {
+			// A lookup without creation: NotFound is a fine answer, it
+			// came after the token was accepted.
+			if _, perr := cl.Apps.FromName(ctx, probeApp, nil); perr != nil && !isNotFound(perr) {
+				cl.Close()
+				cl, err = nil, perr
+			}
+		}
 		done <- res{cl, err}
 	}()
 	select {
@@ -237,8 +252,18 @@ func newClient(ctx context.Context, c credentials, log *slog.Logger) (*modal.Cli
 	}
 }
 
+// probeApp is the app newClient looks up to check the credentials; it need
+// not exist.
+const probeApp = "berth-credentials-check"
+
 // clientError classifies a failure to build the client.
 func clientError(c credentials, err error) error {
+	if g, ok := gaveUp(err); ok {
+		if g.Throttled() {
+			return fmt.Errorf("modal: connect to %s: %w", c.ServerURL, err)
+		}
+		return &backend.UnreachableError{Backend: Name, Target: c.ServerURL, Hint: "check the network, or MODAL_SERVER_URL", Err: err}
+	}
 	switch status.Code(unwrapAll(err)) {
 	case codes.Unauthenticated, codes.PermissionDenied:
 		return &CredentialsError{Source: c.Source, Reason: "Modal at " + c.ServerURL + " rejected the token " + c.TokenID, Err: err}
@@ -261,7 +286,7 @@ func unwrapAll(err error) error {
 }
 
 // setProfile gives the SDK one profile with the resolved server URL and
-// credentials. SDK v0.7.0 takes the server URL only from MODAL_SERVER_URL in
+// credentials. SDK v0.7 takes the server URL only from MODAL_SERVER_URL in
 // the process environment or from its config file, and its ClientParams
 // field for an in-memory config has an unexported type; it is filled here
 // by reflection so that a MODAL_SERVER_URL or profile read through berth's
@@ -270,7 +295,7 @@ func unwrapAll(err error) error {
 // one). The process environment still overrides it inside the SDK, as it
 // overrides any profile.
 func setProfile(p *modal.ClientParams, c credentials) error {
-	shapeErr := errors.New("modal: the Modal SDK's ClientParams.Config is not the map of profiles of modal-go v0.7.0; this berth needs that version")
+	shapeErr := errors.New("modal: the Modal SDK's ClientParams.Config is not the map of profiles of modal-go v0.7; this berth needs modal-go v0.7.3")
 	f := reflect.ValueOf(p).Elem().FieldByName("Config")
 	if !f.IsValid() || !f.CanSet() || f.Kind() != reflect.Pointer || f.Type().Elem().Kind() != reflect.Map {
 		return shapeErr

@@ -25,9 +25,12 @@ type fixture struct {
 	env  map[string]string
 }
 
-func newFixture(t testing.TB) *fixture {
+func newFixture(t testing.TB) *fixture { return newFixtureWith(t, modalfake.Faults{}) }
+
+// newFixtureWith is newFixture on a fake that shows faults.
+func newFixtureWith(t testing.TB, faults modalfake.Faults) *fixture {
 	t.Helper()
-	srv := modalfake.Start(t)
+	srv := modalfake.StartWith(t, faults)
 	f := &fixture{srv: srv, home: t.TempDir(), env: map[string]string{}}
 	for k, v := range srv.Env() {
 		f.env[k] = v

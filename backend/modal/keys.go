@@ -16,6 +16,13 @@ const (
 	keyApp            = "modal_app"             // the Modal app sandboxes run in
 	keySandboxTimeout = "modal_sandbox_timeout" // seconds a sandbox may live
 	keyIdleTimeout    = "modal_idle_timeout"    // seconds idle before Modal stops it; 0 = never
+	// keySnapshotInterval is how often a persistent environment's
+	// filesystem is snapshotted while it runs, so that a crash or a
+	// sandbox killed from outside loses at most that much.
+	keySnapshotInterval = "modal_snapshot_interval"
+	// keyRetryTimeout bounds how long a call Modal rate-limits or fails
+	// transiently is retried before berth gives up and says so.
+	keyRetryTimeout = "modal_retry_timeout"
 	// keyDockerEnv is docker's key, declared here too with the same kind
 	// and variable: its variables are exported into the session, as the
 	// docker and daytona backends set them in their environments, so a
@@ -25,9 +32,12 @@ const (
 
 // Defaults of the modal-only keys.
 const (
-	DefaultApp                = "berth"
-	DefaultSandboxTimeoutSecs = 3600
-	maxTimeoutSecs            = 24 * 60 * 60 // Modal's limit on both timeouts
+	DefaultApp                  = "berth"
+	DefaultSandboxTimeoutSecs   = 3600
+	DefaultSnapshotIntervalSecs = 600
+	DefaultRetryTimeoutSecs     = 120
+	maxTimeoutSecs              = 24 * 60 * 60 // Modal's limit on both timeouts
+	maxRetryTimeoutSecs         = 3600
 )
 
 // configKeys are declared through the registration.
@@ -36,6 +46,8 @@ var configKeys = []config.Key{
 	{Name: keyApp, Default: DefaultApp, Help: "the Modal app the sandboxes belong to", Check: checkApp},
 	{Name: keySandboxTimeout, Default: DefaultSandboxTimeoutSecs, Help: "seconds a sandbox may live before Modal stops it", Check: checkSandboxTimeout},
 	{Name: keyIdleTimeout, Default: 0, Help: "seconds without a running exec before Modal stops the sandbox; 0 = never", Check: checkIdleTimeout},
+	{Name: keySnapshotInterval, Default: DefaultSnapshotIntervalSecs, Help: "seconds between filesystem snapshots of a persistent sandbox while it runs (a crash loses at most this much); 0 = only when it closes", Check: checkSnapshotInterval},
+	{Name: keyRetryTimeout, Default: DefaultRetryTimeoutSecs, Help: "seconds a call that Modal rate-limits or fails transiently is retried, with backoff, before berth gives up", Check: checkRetryTimeout},
 	{Name: keyDockerEnv, Default: map[string]string{}, Help: `variables set in the environment, e.g. {"DEBUG": "1"}`},
 }
 
@@ -59,6 +71,22 @@ func checkSandboxTimeout(v any) error {
 func checkIdleTimeout(v any) error {
 	if n := v.(int); n < 0 || n > maxTimeoutSecs {
 		return errors.New("must be whole seconds from 0 (never) to 86400 (Modal's limit is 24 hours)")
+	}
+	return nil
+}
+
+// checkSnapshotInterval accepts 0 (snapshot only on close) to 24 hours.
+func checkSnapshotInterval(v any) error {
+	if n := v.(int); n < 0 || n > maxTimeoutSecs {
+		return errors.New("must be whole seconds from 0 (snapshot only when the environment closes) to 86400 (a sandbox lives 24 hours at most)")
+	}
+	return nil
+}
+
+// checkRetryTimeout accepts 1 s to an hour.
+func checkRetryTimeout(v any) error {
+	if n := v.(int); n < 1 || n > maxRetryTimeoutSecs {
+		return errors.New("must be whole seconds from 1 to 3600")
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ func connect(ctx context.Context, opts backend.Options) (*modal.Client, credenti
 	if err != nil {
 		return nil, cred, err
 	}
-	c, err := newClient(ctx, cred, logger(opts).With("backend", Name))
+	c, err := newClient(ctx, cred, logger(opts).With("backend", Name), retryPolicyOf(opts.Config.Int(keyRetryTimeout)))
 	return c, cred, err
 }
 
@@ -266,7 +266,7 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 	if err != nil {
 		return backend.Fingerprint{Summary: err.Error(), Fix: fixHint}
 	}
-	c, err := newClient(ctx, cred, logger(opts).With("backend", Name))
+	c, err := newClient(ctx, cred, logger(opts).With("backend", Name), set.Retry)
 	if err != nil {
 		fix := fixHint
 		if _, ok := err.(*backend.UnreachableError); ok {
@@ -281,14 +281,21 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 	}
 	persist := "nothing persists: each sandbox starts from modal_image"
 	if set.Persistent {
-		persist = "container_persistent: the filesystem is snapshotted on close (" + filepath.Join(opts.Home, SnapshotsFile) + ") and restored next time"
+		every := "only on close"
+		if set.SnapshotEvery > 0 {
+			every = "every " + set.SnapshotEvery.String() + " while it runs (" + keySnapshotInterval + ") and on close"
+		}
+		persist = "container_persistent: the filesystem is snapshotted " + every + " (" + filepath.Join(opts.Home, SnapshotsFile) + ") and restored next time"
 	}
+	var life lifetime
 	details := []string{
 		"credentials: " + cred.Source,
 		"environment: " + env + "; app: " + set.App,
 		"image: " + set.Image,
 		fmt.Sprintf("sandbox timeout %v, idle timeout %v; cpu %v cores, memory %d MiB requested; network %v", set.Timeout, durationOrNone(set.IdleTimeout), set.CPU, set.MemoryMiB, set.Network),
+		fmt.Sprintf("lifetime: Modal ends a sandbox after %v (%s); berth carries the environment over into a new sandbox (snapshot, restore, shell state kept) about %v before that", set.Timeout, keySandboxTimeout, life.margin(set.Timeout)),
 		persist,
+		fmt.Sprintf("rate limits and transient failures: calls are retried with backoff for up to %v (%s)", set.Retry.Budget, keyRetryTimeout),
 	}
 	if set.DiskMB > 0 {
 		details = append(details, fmt.Sprintf("container_disk (%d MB) is not applied: Modal's SDK takes no disk size", set.DiskMB))

@@ -1,6 +1,6 @@
 // Package modal is the backend that runs berth's environments in Modal
 // sandboxes (https://modal.com), through Modal's own Go SDK
-// (github.com/modal-labs/libmodal/modal-go, pinned at v0.7.0).
+// (github.com/modal-labs/libmodal/modal-go v0.7.3).
 //
 // Each environment key has one sandbox in the app modal_app (default
 // "berth"), named from the key and its owner (user, host and berth home) and
@@ -23,13 +23,28 @@
 // are never in the sandbox's definition.
 //
 // With container_persistent the filesystem is snapshotted on Close
-// (SnapshotFilesystem) and the image id recorded in
+// (SnapshotFilesystem), and every modal_snapshot_interval while the
+// sandbox runs, and the image id recorded in
 // $BERTH_HOME/modal_snapshots.json as {"direct:<key>": "<image id>"}; the
 // next sandbox for the key starts from it. A snapshot that can no longer be
 // restored is dropped with a warning, the base image is used, and the next
-// result says environment_recreated. A sandbox that dies under berth
-// (timeout reached, terminated from the dashboard) is recreated once, on the
-// next Start, and the next result says environment_recreated too.
+// result says environment_recreated.
+//
+// A sandbox lives modal_sandbox_timeout at most. Before it ends, berth
+// carries the environment over into a new sandbox started from a snapshot
+// of it (lifetime.go); the session restarts its shell there with the cwd
+// and exported variables restored (backend.Renewer) and the next result
+// says environment_recreated. A sandbox that dies under berth anyway
+// (terminated from the dashboard) is noticed at once through Modal's long
+// poll (watch.go), even when its command router no longer answers: the
+// commands running in it fail, and the next Start recreates it from the
+// latest snapshot (environment_recreated again).
+//
+// Calls Modal rate-limits (RESOURCE_EXHAUSTED, after the delay its
+// RPCRetryPolicy asks for) or fails transiently are retried with backoff
+// for modal_retry_timeout, then given up with a *GaveUpError saying so
+// (retry.go). New sandboxes that are still being scheduled are waited for
+// by the SDK itself (it polls for their task id).
 //
 // Credentials are Modal's own: MODAL_TOKEN_ID and MODAL_TOKEN_SECRET
 // (environment or berth's .env), else the profile of ~/.modal.toml
@@ -90,13 +105,22 @@ type Backend struct {
 	snaps  snapshots
 	log    *slog.Logger
 
+	// The lifetime loop (lifetime.go): carries the sandbox over before its
+	// timeout, snapshots a persistent one periodically.
+	loopCancel context.CancelFunc
+	loopDone   chan struct{}
+	kick       chan struct{} // wakes the loop when the sandbox changes
+
 	// mu guards the fields below and is held across the SDK's Sandbox
 	// methods that are not safe for concurrent use (Exec, Open, Terminate
 	// share its cached task id).
 	mu        sync.Mutex
 	sb        *modal.Sandbox
+	watch     *watcher   // follows sb
+	watchers  []*watcher // every watcher still running, stopped on Close
 	closed    bool
 	recreated bool
+	life      lifetime
 }
 
 // Interface checks.
@@ -106,6 +130,7 @@ var (
 	_ backend.SessionEnver = (*Backend)(nil)
 	_ backend.FileWriter   = (*Backend)(nil)
 	_ backend.Isolator     = (*Backend)(nil)
+	_ backend.Renewer      = (*Backend)(nil)
 )
 
 // Isolation is IsolationImage: a Modal sandbox runs on the provider's machines with
@@ -141,7 +166,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		return nil, err
 	}
 	log := logger(opts).With("backend", Name, "key", set.Key)
-	client, err := newClient(ctx, cred, log)
+	client, err := newClient(ctx, cred, log, set.Retry)
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +177,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		client: client,
 		snaps:  snapshots{dir: opts.Home},
 		log:    log,
+		kick:   make(chan struct{}, 1),
 	}
 	b.app, err = client.Apps.FromName(ctx, set.App, &modal.AppFromNameParams{CreateIfMissing: true})
 	if err != nil {
@@ -163,15 +189,23 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	err = b.attachOrCreate(ctx)
 	b.mu.Unlock()
 	if err != nil {
+		b.stopWatchers()
 		client.Close()
 		return nil, err
 	}
+	b.startLifetime()
 	return b, nil
 }
 
 // wrap adds context to an SDK error, classifying rejected credentials and
 // an unreachable server.
 func (b *Backend) wrap(err error, format string, args ...any) error {
+	if g, ok := gaveUp(err); ok {
+		if g.Throttled() {
+			return fmt.Errorf("modal: "+format+": %w (Modal rate-limits this workspace: wait and try again, run fewer environments at once, or raise %s)", append(args, err, keyRetryTimeout)...)
+		}
+		return &backend.UnreachableError{Backend: Name, Target: b.cred.ServerURL, Hint: "Modal kept failing; check status.modal.com and the network, or raise " + keyRetryTimeout, Err: fmt.Errorf(format+": %w", append(args, err)...)}
+	}
 	switch status.Code(unwrapAll(err)) {
 	case codes.Unauthenticated, codes.PermissionDenied:
 		return &CredentialsError{Source: b.cred.Source, Reason: "Modal at " + b.cred.ServerURL + " rejected the token " + b.cred.TokenID, Err: err}
@@ -222,8 +256,7 @@ func (b *Backend) attachOrCreate(ctx context.Context) error {
 	sb, err := b.client.Sandboxes.FromName(ctx, b.set.App, name, nil)
 	if err == nil {
 		b.log.Info("modal: reattached to the running sandbox", "sandbox", sb.SandboxID)
-		b.sb = sb
-		b.retag(ctx, sb)
+		b.setSandbox(sb, b.deadlineOf(b.retag(ctx, sb)))
 		return nil
 	}
 	if !isNotFound(err) {
@@ -233,6 +266,9 @@ func (b *Backend) attachOrCreate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The lifetime counts on Modal's side from when it accepts the
+	// request: from here on this side.
+	asked := time.Now()
 	params := &modal.SandboxCreateParams{
 		CPU:          b.set.CPU,
 		MemoryMiB:    b.set.MemoryMiB,
@@ -246,49 +282,82 @@ func (b *Backend) attachOrCreate(ctx context.Context) error {
 	if errors.As(err, new(modal.AlreadyExistsError)) {
 		// Another berth created it a moment ago: use that one.
 		if sb, err = b.client.Sandboxes.FromName(ctx, b.set.App, name, nil); err == nil {
-			b.sb = sb
-			b.retag(ctx, sb)
+			b.setSandbox(sb, b.deadlineOf(b.retag(ctx, sb)))
 			return nil
 		}
 	}
 	if err != nil {
 		return b.wrap(err, "create sandbox %s (image %s) in app %s", name, b.set.Image, b.set.App)
 	}
-	b.sb = sb
 	persistent := "0"
 	if b.set.Persistent {
 		persistent = "1"
 	}
+	deadline := asked.Add(b.set.Timeout)
 	tags := map[string]string{
 		TagKey:        b.set.Key,
 		TagOwner:      b.owner,
 		TagProcess:    currentProcess(),
-		TagCreated:    time.Now().UTC().Format(time.RFC3339),
+		TagCreated:    asked.UTC().Format(time.RFC3339),
 		TagPersistent: persistent,
+		TagExpires:    deadline.UTC().Format(time.RFC3339Nano),
 	}
 	if err := sb.SetTags(ctx, tags); err != nil {
 		sb.Terminate(context.WithoutCancel(ctx), nil)
-		b.sb = nil
 		return b.wrap(err, "tag sandbox %s", sb.SandboxID)
 	}
-	b.log.Info("modal: created sandbox", "sandbox", sb.SandboxID, "name", name, "image", img.ImageID)
+	b.setSandbox(sb, deadline)
+	b.log.Info("modal: created sandbox", "sandbox", sb.SandboxID, "name", name, "image", img.ImageID, "expires", deadline.Format(time.RFC3339))
 	return nil
 }
 
 // retag marks a reattached sandbox as held by this process, keeping its
-// other tags.
-func (b *Backend) retag(ctx context.Context, sb *modal.Sandbox) {
+// other tags, and returns them (nil when they cannot be read).
+func (b *Backend) retag(ctx context.Context, sb *modal.Sandbox) map[string]string {
 	tags, err := sb.GetTags(ctx)
 	if err != nil {
 		b.log.Warn("modal: read the tags of a reattached sandbox", "sandbox", sb.SandboxID, "err", err)
-		return
+		return nil
 	}
 	if tags[TagProcess] == currentProcess() {
-		return
+		return tags
 	}
 	tags[TagProcess] = currentProcess()
 	if err := sb.SetTags(ctx, tags); err != nil {
 		b.log.Warn("modal: tag a reattached sandbox", "sandbox", sb.SandboxID, "err", err)
+	}
+	return tags
+}
+
+// setSandbox makes sb the environment's sandbox, ending at deadline, and
+// starts following it. b.mu is held.
+func (b *Backend) setSandbox(sb *modal.Sandbox, deadline time.Time) {
+	b.sb = sb
+	b.watch = watchSandbox(sb, b.log)
+	live := b.watchers[:0]
+	for _, w := range b.watchers {
+		select {
+		case <-w.exited:
+		default:
+			live = append(live, w)
+		}
+	}
+	b.watchers = append(live, b.watch)
+	b.life.reset(deadline, b.set.SnapshotEvery)
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// stopWatchers stops following every sandbox.
+func (b *Backend) stopWatchers() {
+	b.mu.Lock()
+	ws := b.watchers
+	b.watchers = nil
+	b.mu.Unlock()
+	for _, w := range ws {
+		w.stop()
 	}
 }
 
@@ -297,6 +366,20 @@ func (b *Backend) retag(ctx context.Context, sb *modal.Sandbox) {
 // longer be restored is dropped (the result will say
 // environment_recreated). b.mu is held.
 func (b *Backend) image(ctx context.Context) (*modal.Image, error) {
+	if id := b.life.carry; id != "" {
+		// A non-persistent environment carried over, or about to be: its
+		// files are in this snapshot.
+		img, err := b.client.Images.FromID(ctx, id)
+		if err == nil {
+			return img, nil
+		}
+		if !isNotFound(err) {
+			return nil, b.wrap(err, "look up the carried-over snapshot %s of %s", id, b.set.Key)
+		}
+		b.log.Warn("modal: the carried-over snapshot is gone; starting from modal_image", "image", id)
+		b.life.carry = ""
+		b.recreated = true
+	}
 	if b.set.Persistent {
 		id, err := b.snaps.get(b.set.Key)
 		if err != nil {
@@ -356,8 +439,13 @@ func (b *Backend) Start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 	if b.closed {
 		return nil, ErrClosed
 	}
-	if b.sb == nil {
+	switch {
+	case b.sb == nil:
 		if err := b.recreate(ctx, errors.New("no sandbox")); err != nil {
+			return nil, err
+		}
+	case b.watch.finished():
+		if err := b.recreate(ctx, b.watch.reason()); err != nil {
 			return nil, err
 		}
 	}
@@ -373,12 +461,15 @@ func (b *Backend) Start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 			return nil, b.wrap(err, "exec %s in the recreated sandbox %s", spec.Argv[0], b.sb.SandboxID)
 		}
 	}
-	return newProcess(cp, b.sb), nil
+	return newProcess(cp, b.sb, b.watch), nil
 }
 
 // dead reports whether the current sandbox has finished (or is unknown).
 // b.mu is held.
 func (b *Backend) dead(ctx context.Context) bool {
+	if b.watch.finished() {
+		return true
+	}
 	code, err := b.sb.Poll(ctx)
 	switch {
 	case err == nil:
@@ -412,15 +503,22 @@ func (b *Backend) recreate(ctx context.Context, why error) error {
 // client closed. Close is idempotent.
 func (b *Backend) Close(ctx context.Context) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		return nil
 	}
 	b.closed = true
-	defer b.client.Close()
 	sb := b.sb
 	b.sb = nil
+	carry := b.life.carry
+	b.mu.Unlock()
+	// Nothing snapshots or carries over from here on: the snapshot of
+	// Close is the last word.
+	b.stopLifetime()
+	defer b.client.Close()
+	defer b.stopWatchers()
 	if sb == nil {
+		b.dropCarry(ctx, carry)
 		return nil
 	}
 	if b.set.Persistent {
@@ -435,7 +533,19 @@ func (b *Backend) Close(ctx context.Context) error {
 		return b.wrap(err, "terminate sandbox %s", sb.SandboxID)
 	}
 	b.log.Info("modal: terminated sandbox", "sandbox", sb.SandboxID)
+	b.dropCarry(ctx, carry)
 	return nil
+}
+
+// dropCarry deletes the carried-over snapshot of a non-persistent
+// environment, once nothing can start from it.
+func (b *Backend) dropCarry(ctx context.Context, id string) {
+	if id == "" {
+		return
+	}
+	if err := b.client.Images.Delete(ctx, id, nil); err != nil && !isNotFound(err) {
+		b.log.Warn("modal: delete the carried-over snapshot", "image", id, "err", err)
+	}
 }
 
 // snapshot records a filesystem snapshot of sb as the key's, deleting the
@@ -445,12 +555,18 @@ func (b *Backend) snapshot(ctx context.Context, sb *modal.Sandbox) error {
 	if err != nil {
 		return b.wrap(err, "snapshot sandbox %s", sb.SandboxID)
 	}
-	old, err := b.snaps.set(b.set.Key, img.ImageID)
+	return b.record(ctx, img.ImageID)
+}
+
+// record makes image the key's snapshot, deleting the one it replaces.
+func (b *Backend) record(ctx context.Context, image string) error {
+	file := filepath.Join(b.snaps.dir, SnapshotsFile)
+	old, err := b.snaps.set(b.set.Key, image)
 	if err != nil {
-		return fmt.Errorf("modal: record snapshot %s in %s: %w", img.ImageID, filepath.Join(b.snaps.dir, SnapshotsFile), err)
+		return fmt.Errorf("modal: record snapshot %s in %s: %w", image, file, err)
 	}
-	b.log.Info("modal: snapshot recorded", "image", img.ImageID, "file", filepath.Join(b.snaps.dir, SnapshotsFile))
-	if old != "" && old != img.ImageID {
+	b.log.Info("modal: snapshot recorded", "image", image, "file", file)
+	if old != "" && old != image {
 		if err := b.client.Images.Delete(ctx, old, nil); err != nil && !isNotFound(err) {
 			b.log.Warn("modal: delete the replaced snapshot", "image", old, "err", err)
 		}

@@ -30,7 +30,7 @@ func sdkClient(t *testing.T, f *fixture) *modal.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := newClient(context.Background(), cred, slog.New(slog.DiscardHandler))
+	c, err := newClient(context.Background(), cred, slog.New(slog.DiscardHandler), retryPolicyOf(DefaultRetryTimeoutSecs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,10 @@ const (
 	TagProcess    = "berth.process"    // the berth process holding it: boot id/pid/start time
 	TagCreated    = "berth.created"    // RFC 3339 creation time
 	TagPersistent = "berth.persistent" // "1" with container_persistent
+	// TagExpires is when the sandbox's lifetime (its timeout) ends, RFC
+	// 3339 with nanoseconds, counted from just before it was asked for,
+	// so that a berth that reattaches knows when to carry it over.
+	TagExpires = "berth.expires"
 )
 
 // ownerOf names the berth installation that owns sandboxes: the user, the

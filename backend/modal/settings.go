@@ -16,11 +16,16 @@ type settings struct {
 	Image       string // registry name, or an "im-..." image id
 	Timeout     time.Duration
 	IdleTimeout time.Duration
-	CPU         float64 // cores requested; 0 = Modal's default
-	MemoryMiB   int     // MiB requested; 0 = Modal's default
-	DiskMB      int     // container_disk: the SDK takes no disk size; reported only
-	Network     bool
-	Persistent  bool
+	// SnapshotEvery is how often a persistent sandbox is snapshotted
+	// while it runs; 0 = only on Close.
+	SnapshotEvery time.Duration
+	// Retry bounds the retries of calls Modal throttles or fails.
+	Retry      retryPolicy
+	CPU        float64 // cores requested; 0 = Modal's default
+	MemoryMiB  int     // MiB requested; 0 = Modal's default
+	DiskMB     int     // container_disk: the SDK takes no disk size; reported only
+	Network    bool
+	Persistent bool
 	// Workdir is the sandbox's working directory: the configured cwd when
 	// it is a path inside the sandbox, else /root (the contract's default
 	// for containers).
@@ -42,18 +47,20 @@ func readSettings(opts backend.Options) (settings, error) {
 	}
 	c := opts.Config
 	s := settings{
-		Key:         opts.Key,
-		App:         c.String(keyApp),
-		Image:       strings.TrimSpace(c.String(keyImage)),
-		Timeout:     time.Duration(c.Int(keySandboxTimeout)) * time.Second,
-		IdleTimeout: time.Duration(c.Int(keyIdleTimeout)) * time.Second,
-		CPU:         c.ContainerCPU,
-		MemoryMiB:   c.ContainerMemory,
-		DiskMB:      c.ContainerDisk,
-		Network:     c.DockerNetwork,
-		Persistent:  c.ContainerPersistent,
-		SessionEnv:  c.Map(keyDockerEnv),
-		Workdir:     sandboxDir(c.Cwd),
+		Key:           opts.Key,
+		App:           c.String(keyApp),
+		Image:         strings.TrimSpace(c.String(keyImage)),
+		Timeout:       time.Duration(c.Int(keySandboxTimeout)) * time.Second,
+		IdleTimeout:   time.Duration(c.Int(keyIdleTimeout)) * time.Second,
+		SnapshotEvery: time.Duration(c.Int(keySnapshotInterval)) * time.Second,
+		Retry:         retryPolicyOf(c.Int(keyRetryTimeout)),
+		CPU:           c.ContainerCPU,
+		MemoryMiB:     c.ContainerMemory,
+		DiskMB:        c.ContainerDisk,
+		Network:       c.DockerNetwork,
+		Persistent:    c.ContainerPersistent,
+		SessionEnv:    c.Map(keyDockerEnv),
+		Workdir:       sandboxDir(c.Cwd),
 	}
 	if s.Key == "" {
 		s.Key = "default"

@@ -155,6 +155,9 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 		return nil, err
 	}
 	s.countCall(info.FullMethod)
+	if err := s.admit(info.FullMethod); err != nil {
+		return nil, err
+	}
 	return handler(ctx, req)
 }
 
@@ -164,6 +167,9 @@ func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 		return err
 	}
 	s.countCall(info.FullMethod)
+	if err := s.admit(info.FullMethod); err != nil {
+		return err
+	}
 	return handler(srv, &authedStream{ServerStream: ss, ctx: ctx})
 }
 

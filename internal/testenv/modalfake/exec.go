@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,19 @@ type execProc struct {
 	done   chan struct{}
 	code   *int32
 	signal *int32
+	// killed is set when the exec was still running as its sandbox
+	// finished: its end is the sandbox's, which a silent router never
+	// reports (Faults.SilentRouter).
+	killed atomic.Bool
+}
+
+// silenced blocks the caller, as a silent router does, when the exec died
+// with its sandbox and the router is silent; see Server.silence.
+func (e *execProc) silenced(ctx context.Context) error {
+	if !e.killed.Load() {
+		return nil
+	}
+	return e.sb.s.silence(ctx, e.sb)
 }
 
 // exited records the exit status (the first report wins): code for a normal
@@ -92,6 +106,9 @@ func (r *router) TaskExecStart(ctx context.Context, req *pb.TaskExecStartRequest
 	}
 	sb, err := s.sandboxByTask(req.GetTaskId())
 	if err != nil {
+		return nil, err
+	}
+	if err := s.silence(ctx, sb); err != nil {
 		return nil, err
 	}
 	if req.GetExecId() == "" {
@@ -328,6 +345,9 @@ func (r *router) TaskExecStdinWrite(ctx context.Context, req *pb.TaskExecStdinWr
 	if err != nil {
 		return nil, err
 	}
+	if err := r.s.silence(ctx, sb); err != nil {
+		return nil, err
+	}
 	if res := sb.finished(); res != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "task %s has already finished", sb.taskID)
 	}
@@ -378,9 +398,23 @@ func (r *router) TaskExecStdioRead(req *pb.TaskExecStdioReadRequest, stream grpc
 	default:
 		return status.Errorf(codes.InvalidArgument, "unknown file descriptor %v", req.GetFileDescriptor())
 	}
-	return o.readFrom(stream.Context(), req.GetOffset(), func(b []byte) error {
+	if err := e.silenced(stream.Context()); err != nil {
+		return err
+	}
+	err = o.readFrom(stream.Context(), req.GetOffset(), func(b []byte) error {
+		if err := r.s.transientStreamBreak(); err != nil {
+			return err
+		}
 		return stream.Send(pb.TaskExecStdioReadResponse_builder{Data: b}.Build())
 	})
+	if err == nil {
+		// The end of the output of an exec its sandbox took down is the
+		// sandbox's end, which a silent router never delivers.
+		if serr := e.silenced(stream.Context()); serr != nil {
+			return serr
+		}
+	}
+	return err
 }
 
 // TaskExecWait blocks until the exec exits.
@@ -401,6 +435,9 @@ func (r *router) TaskExecWait(ctx context.Context, req *pb.TaskExecWaitRequest) 
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
+	if err := e.silenced(ctx); err != nil {
+		return nil, err
+	}
 	// Checked again after the exit: a wait already in flight when the
 	// stall was switched on must not answer either.
 	if stalled() {
@@ -415,6 +452,9 @@ func (r *router) TaskExecWait(ctx context.Context, req *pb.TaskExecWaitRequest) 
 func (r *router) TaskExecPoll(ctx context.Context, req *pb.TaskExecPollRequest) (*pb.TaskExecPollResponse, error) {
 	_, e, err := r.s.execFor(ctx, req.GetTaskId(), req.GetExecId())
 	if err != nil {
+		return nil, err
+	}
+	if err := e.silenced(ctx); err != nil {
 		return nil, err
 	}
 	code, sig, _ := e.status()

@@ -41,6 +41,15 @@
 //
 // Every sandbox definition received is recorded (Records) so tests can
 // assert what a client sent, e.g. that no secret was in it.
+//
+// By default the fake is kinder than Modal: it answers every call at once.
+// Faults switches on, one by one, the ways the real service is not (each
+// with the source that says it does so): a scheduling delay during which a
+// new sandbox has no task id, lifetimes that end early, rate limits with a
+// retry delay, transient UNAVAILABLE failures and broken output streams, a
+// command router that stops answering once its sandbox is gone, and slow
+// snapshots. Realistic turns all of them on with small random delays; Inject
+// fails the next calls of one method deterministically, for tests.
 package modalfake
 
 import (
@@ -90,6 +99,10 @@ type Options struct {
 	Environments []string
 	// Logger receives the fake's diagnostics; nil discards them.
 	Logger *slog.Logger
+	// Faults are the real service's unkind behaviours to show from the
+	// start (see Faults; Realistic turns them all on). SetFaults changes
+	// them later.
+	Faults Faults
 }
 
 // Record is one SandboxCreate request as the fake received it.
@@ -147,6 +160,8 @@ type Server struct {
 	execRecs  []ExecRecord
 	stallWait bool
 	calls     map[string]int
+
+	faults faults
 }
 
 // New starts a fake on opts.Addr. Close it when done.
@@ -192,6 +207,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		fsResults:   map[string]*fsResult{},
 		calls:       map[string]int{},
 	}
+	s.faults.f = opts.Faults
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.reapCrashed(ctx)
 
@@ -225,7 +241,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 			s.log.Error("modalfake: serve", "err", err)
 		}
 	}()
-	s.log.Info("modalfake: listening", "addr", s.addr, "instance", s.instance)
+	s.log.Info("modalfake: listening", "addr", s.addr, "instance", s.instance, "faults", opts.Faults.String())
 	return s, nil
 }
 
@@ -295,7 +311,8 @@ func (s *Server) Execs() []ExecRecord {
 }
 
 // Calls returns how many calls of each method (full gRPC name, e.g.
-// "/modal.client.ModalClient/SandboxCreate") passed authentication.
+// "/modal.client.ModalClient/SandboxCreate") passed authentication,
+// including those a fault then failed.
 func (s *Server) Calls() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -25,7 +25,8 @@ import (
 )
 
 // newClient points the real SDK at srv (through MODAL_SERVER_URL, as a
-// user would) with the given credential.
+// user would) with the given credential, and makes one call (the SDK
+// exchanges the credential for its auth token on the first call).
 func newClient(t *testing.T, srv *modalfake.Server, id, secret string) (*modal.Client, error) {
 	t.Helper()
 	t.Setenv("MODAL_SERVER_URL", srv.URL())
@@ -35,10 +36,14 @@ func newClient(t *testing.T, srv *modalfake.Server, id, secret string) (*modal.C
 		TokenSecret: secret,
 		Logger:      slog.New(slog.DiscardHandler),
 	})
-	if err == nil {
-		t.Cleanup(c.Close)
+	if err != nil {
+		return nil, err
 	}
-	return c, err
+	t.Cleanup(c.Close)
+	if _, err := c.Apps.FromName(context.Background(), "fake-test", &modal.AppFromNameParams{CreateIfMissing: true}); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 func mustClient(t *testing.T, srv *modalfake.Server) *modal.Client {

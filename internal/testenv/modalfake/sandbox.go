@@ -38,7 +38,7 @@ type sandbox struct {
 	name        string
 	imageID     string
 	def         *pb.Sandbox
-	created     time.Time
+	created     time.Time // when SandboxCreate arrived: the lifetime counts from here
 	containerID string
 	pid         int // the container's init process, on the host
 	secretEnv   []string
@@ -56,6 +56,9 @@ type sandbox struct {
 	running    int                  // execs started and not exited
 	lastActive time.Time
 	poke       chan struct{} // wakes the idle watcher
+	// scheduledAt: until then the sandbox has no task id
+	// (Faults.SchedulingDelay), counted from when SandboxCreate answered.
+	scheduledAt time.Time
 }
 
 func (sb *sandbox) finished() *pb.GenericResult {
@@ -79,6 +82,14 @@ func (sb *sandbox) info() SandboxInfo {
 		ID: sb.id, TaskID: sb.taskID, ContainerID: sb.containerID, Name: sb.name,
 		AppID: sb.appID, Tags: tags, Running: sb.res == nil, Result: res,
 	}
+}
+
+// scheduled reports whether the sandbox has left scheduling (its task id
+// is known to clients).
+func (sb *sandbox) scheduled() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return !time.Now().Before(sb.scheduledAt)
 }
 
 // touch records activity (an exec starting or ending, stdin written) for
@@ -217,6 +228,7 @@ func (c *control) SandboxCreate(ctx context.Context, req *pb.SandboxCreateReques
 }
 
 func (s *Server) createSandbox(ctx context.Context, appID string, def *pb.Sandbox, rec *Record) (*sandbox, error) {
+	arrived := time.Now()
 	if def == nil {
 		return nil, status.Error(codes.InvalidArgument, "missing sandbox definition")
 	}
@@ -266,7 +278,8 @@ func (s *Server) createSandbox(ctx context.Context, appID string, def *pb.Sandbo
 		name:        def.GetName(),
 		imageID:     img.id,
 		def:         proto.Clone(def).(*pb.Sandbox),
-		created:     time.Now(),
+		created:     arrived,
+		scheduledAt: arrived.Add(maxTimeout), // set when SandboxCreate answers
 		secretEnv:   envList,
 		timeout:     timeout,
 		idleTimeout: idle,
@@ -296,7 +309,11 @@ func (s *Server) createSandbox(ctx context.Context, appID string, def *pb.Sandbo
 	s.mu.Unlock()
 	rec.SandboxID = sb.id
 
-	if err := s.startContainer(ctx, sb, img); err != nil {
+	err = s.startContainer(ctx, sb, img)
+	sb.mu.Lock()
+	sb.scheduledAt = time.Now().Add(s.current().SchedulingDelay.pick())
+	sb.mu.Unlock()
+	if err != nil {
 		s.log.Warn("modalfake: sandbox failed to start", "sandbox", sb.id, "err", err)
 		s.finish(sb, result(pb.GenericResult_GENERIC_STATUS_INIT_FAILURE, 0, err.Error()))
 		return sb, nil
@@ -421,10 +438,12 @@ func (s *Server) watchContainer(sb *sandbox) {
 	}
 }
 
-// watchTimeouts enforces the sandbox's timeout and idle timeout.
+// watchTimeouts enforces the sandbox's timeout and idle timeout. The
+// timeout is a hard lifetime counted from when SandboxCreate arrived, ended
+// however busy the sandbox is, and up to Faults.ExpiryEarly sooner.
 func (s *Server) watchTimeouts(sb *sandbox) {
 	defer s.wg.Done()
-	deadline := time.NewTimer(sb.timeout)
+	deadline := time.NewTimer(time.Until(sb.created.Add(sb.timeout - s.current().ExpiryEarly.pick())))
 	defer deadline.Stop()
 	var idle <-chan time.Time
 	var idleTimer *time.Timer
@@ -487,6 +506,9 @@ func (s *Server) finish(sb *sandbox, res *pb.GenericResult) bool {
 	execs := make([]*execProc, 0, len(sb.execs))
 	var conns []client.HijackedResponse
 	for _, e := range sb.execs {
+		if _, _, done := e.status(); !done {
+			e.killed.Store(true)
+		}
 		execs = append(execs, e)
 		if e.conn.Conn != nil {
 			conns = append(conns, e.conn)
@@ -562,9 +584,15 @@ func (c *control) SandboxGetTaskId(ctx context.Context, req *pb.SandboxGetTaskId
 	if err != nil {
 		return nil, err
 	}
-	b := pb.SandboxGetTaskIdResponse_builder{TaskId: &sb.taskID}
-	if res := sb.finished(); res != nil {
+	var b pb.SandboxGetTaskIdResponse_builder
+	res := sb.finished()
+	if res != nil {
 		b.TaskResult = res
+	}
+	// While it is being scheduled (Faults.SchedulingDelay) the sandbox has
+	// no task id yet, and says so with an empty one.
+	if res != nil || sb.scheduled() {
+		b.TaskId = &sb.taskID
 	}
 	return b.Build(), nil
 }
@@ -662,7 +690,10 @@ func (c *control) SandboxList(ctx context.Context, req *pb.SandboxListRequest) (
 		if !match {
 			continue
 		}
-		task := pb.TaskInfo_builder{Id: sb.taskID, SandboxId: sb.id, StartedAt: created, Result: info.Result}
+		task := pb.TaskInfo_builder{SandboxId: sb.id, StartedAt: created, Result: info.Result}
+		if info.Result != nil || sb.scheduled() {
+			task.Id = sb.taskID
+		}
 		if info.Result != nil {
 			sb.mu.Lock()
 			task.FinishedAt = float64(sb.finishedAt.UnixNano()) / 1e9
@@ -728,6 +759,24 @@ func (c *control) SandboxSnapshotFs(ctx context.Context, req *pb.SandboxSnapshot
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(float64(t)*float64(time.Second)))
 		defer cancel()
+	}
+	// A large filesystem takes a while (Faults.SnapshotDelay); the
+	// sandbox may finish meanwhile.
+	if d := s.current().SnapshotDelay.pick(); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-sb.done:
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return pb.SandboxSnapshotFsResponse_builder{Result: result(pb.GenericResult_GENERIC_STATUS_TIMEOUT, 0, "snapshot timed out")}.Build(), nil
+			}
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		if sb.finished() != nil {
+			return pb.SandboxSnapshotFsResponse_builder{
+				Result: result(pb.GenericResult_GENERIC_STATUS_FAILURE, 0, "Sandbox finished while it was being snapshotted"),
+			}.Build(), nil
+		}
 	}
 	id := modalID("im")
 	// The image keeps the base image's configuration, not the container's:

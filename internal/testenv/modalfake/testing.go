@@ -14,13 +14,17 @@ import (
 // closes it at cleanup, failing the test if anything could not be removed.
 // It builds the test image first, so dockerenv.ImageRef can be used as a
 // registry image.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return StartWith(t, Faults{}) }
+
+// StartWith is Start for a fake that shows faults from the start
+// (Realistic() for all of them).
+func StartWith(t testing.TB, faults Faults) *Server {
 	t.Helper()
 	cli := dockerenv.Require(t)
 	dockerenv.Image(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := New(ctx, Options{Docker: cli, Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	s, err := New(ctx, Options{Docker: cli, Faults: faults, Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatalf("modalfake: %v", err)
 	}

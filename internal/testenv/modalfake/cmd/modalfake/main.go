@@ -11,6 +11,14 @@
 // /var/run/docker.sock); set modal_image to an image that daemon has (or can
 // pull). File access through Sandbox.Open needs the fake to run on the
 // Docker host as a user who may enter its containers (root).
+//
+// With -realistic the fake is as unkind as the real Modal (see
+// modalfake.Realistic): new sandboxes stay a moment without a task id
+// while they are "scheduled", sandbox and secret creations are
+// rate-limited with RESOURCE_EXHAUSTED and a retry delay, a few calls fail
+// with UNAVAILABLE and a few output streams break, the command router of
+// a finished sandbox stops answering, lifetimes end a little early and
+// snapshots take a while.
 package main
 
 import (
@@ -32,14 +40,19 @@ func main() {
 	tokenID := flag.String("token-id", "", "token id to accept (default: random)")
 	tokenSecret := flag.String("token-secret", "", "token secret to accept (default: random)")
 	verbose := flag.Bool("v", false, "log every sandbox event")
+	realistic := flag.Bool("realistic", false, "be as unkind as the real Modal: scheduling delays, rate limits, transient failures, a silent router for finished sandboxes, early expiry, slow snapshots")
 	flag.Parse()
-	if err := run(*addr, *tokenID, *tokenSecret, *verbose); err != nil {
+	var faults modalfake.Faults
+	if *realistic {
+		faults = modalfake.Realistic()
+	}
+	if err := run(*addr, *tokenID, *tokenSecret, *verbose, faults); err != nil {
 		fmt.Fprintln(os.Stderr, "modalfake:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, tokenID, tokenSecret string, verbose bool) error {
+func run(addr, tokenID, tokenSecret string, verbose bool, faults modalfake.Faults) error {
 	level := slog.LevelWarn
 	if verbose {
 		level = slog.LevelInfo
@@ -57,12 +70,12 @@ func run(addr, tokenID, tokenSecret string, verbose bool) error {
 		return fmt.Errorf("no Docker daemon answers (start one, or set DOCKER_HOST): %w", err)
 	}
 	srv, err := modalfake.New(context.Background(), modalfake.Options{
-		Docker: cli, Addr: addr, TokenID: tokenID, TokenSecret: tokenSecret, Logger: log,
+		Docker: cli, Addr: addr, TokenID: tokenID, TokenSecret: tokenSecret, Logger: log, Faults: faults,
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("# fake Modal on %s; to use it:\n", srv.URL())
+	fmt.Printf("# fake Modal on %s (faults: %s); to use it:\n", srv.URL(), faults)
 	for _, k := range []string{"MODAL_SERVER_URL", "MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"} {
 		fmt.Printf("export %s=%s\n", k, srv.Env()[k])
 	}

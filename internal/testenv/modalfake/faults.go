@@ -1,0 +1,348 @@
+package modalfake
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	pb "github.com/modal-labs/libmodal/modal-go/proto/modal_proto"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Faults are the ways the real Modal is less kind than a fake that answers
+// every call at once. Each is off in the zero value; Realistic turns all of
+// them on with small random delays. Every field names the source that says
+// the real service behaves so.
+type Faults struct {
+	// SchedulingDelay: for this long after SandboxCreate the sandbox is
+	// still being scheduled (its image pulled) and SandboxGetTaskId
+	// answers with an empty task id and no result.
+	//
+	// Source: libmodal commit 3bb22b7 "Add polling to getTaskId in Go and
+	// JS" and the modal-go 0.7.2 changelog ("wait for newly created
+	// sandboxes to be ready and not error immediately"); modal-go v0.7.3
+	// sandbox.go ensureTaskID polls SandboxGetTaskId every 500 ms for
+	// exactly this answer.
+	SchedulingDelay Jitter
+
+	// ExpiryEarly: a sandbox dies at its timeout however busy it is (the
+	// fake always enforces that, counting from when it accepted
+	// SandboxCreate, as the service does); this makes it die up to that
+	// much earlier still, as a service whose clock runs ahead of the
+	// client's does. A client that waits until the last moment of the
+	// lifetime it asked for loses the sandbox.
+	//
+	// Source: Modal's Sandbox docs (timeout is the maximum lifetime,
+	// default 5 minutes, at most 24 hours; TIMEOUT ends it, exit 124 in
+	// modal-go sandbox.go getReturnCode); the skew itself is not
+	// documented (clocks of two machines).
+	ExpiryEarly Jitter
+
+	// RateLimit meters sandbox creations and ephemeral secret creations
+	// with a token bucket; a call that finds it empty fails with
+	// RESOURCE_EXHAUSTED carrying an RPCRetryPolicy detail whose
+	// retry_after_secs says when the next token comes (gRPC's
+	// Retry-After).
+	//
+	// Source: Modal's ResourceExhaustedError
+	// (modal.com/docs/reference/modal.exception) and Modal's Harbor guide
+	// ("Modal limits Sandbox resource requests ... using the token bucket
+	// algorithm ... refilled at a constant rate of 5 tokens/sec ... a burst
+	// credit of 150"); modal-client go/client.go getServerRetryPolicy reads
+	// RPCRetryPolicy from the error details (Go SDK 0.7.5: "respond more
+	// gracefully to server throttling ... by backing off"); Go SDK 0.9.0
+	// mentions "the secret creation limits".
+	RateLimit RateLimit
+
+	// Transient is the probability that a call fails with UNAVAILABLE
+	// before it reaches its handler (control plane and command router),
+	// and that a stdout/stderr stream breaks with UNAVAILABLE before a
+	// chunk, so the client must resume from its offset.
+	//
+	// Source: modal-go client.go retryableGrpcStatusCodes and
+	// task_command_router_client.go commandRouterRetryableCodes (the SDK
+	// retries UNAVAILABLE, INTERNAL, UNKNOWN, DEADLINE_EXCEEDED and
+	// CANCELLED 3 times on the control plane, 10 times on the router);
+	// modal-client modal/_utils/grpc_utils.py RETRYABLE_GRPC_STATUS_CODES.
+	Transient float64
+
+	// SilentRouter: once a sandbox has finished (terminated from outside,
+	// timed out), the command router of its worker stops answering
+	// instead of ending its streams with EOF and reporting the execs'
+	// deaths: every router call and open stream for its task hangs until
+	// the caller gives up.
+	//
+	// Source: the router is a per-worker host reached at the URL of
+	// TaskGetCommandRouterAccess (modal-go task_command_router_client.go
+	// initTaskCommandRouterClient); a worker that is gone cannot answer,
+	// and the SDK retries stdio reads about 10 times and TaskExecWait
+	// forever (fakes-fidelity study 2026-11-25, Modal item 5).
+	SilentRouter bool
+
+	// SnapshotDelay: every SandboxSnapshotFs takes this much longer; past
+	// the request's timeout it answers with a TIMEOUT result, as a
+	// snapshot of a large filesystem does.
+	//
+	// Source: modal-client Go SDK 0.7.5 changelog ("improved the
+	// reliability of the Sandbox.SnapshotFilesystem operation, especially
+	// for large snapshots, and we now support setting a Timeout longer
+	// than 55s"); the request carries a timeout (SandboxSnapshotFsRequest
+	// .timeout) and the result a status.
+	SnapshotDelay Jitter
+}
+
+// Realistic returns every fault on, with small random delays: what a test
+// of "berth on the real Modal" runs against. Delays stay under a second
+// so that a suite run against it stays fast and bounded.
+func Realistic() Faults {
+	return Faults{
+		SchedulingDelay: Jitter{Min: 100 * time.Millisecond, Max: 700 * time.Millisecond},
+		ExpiryEarly:     Jitter{Max: 500 * time.Millisecond},
+		RateLimit:       RateLimit{Rate: 2, Burst: 3},
+		Transient:       0.03,
+		SilentRouter:    true,
+		SnapshotDelay:   Jitter{Min: 100 * time.Millisecond, Max: 800 * time.Millisecond},
+	}
+}
+
+// Jitter is a random duration from Min to Max (Max below Min means Min).
+type Jitter struct {
+	Min, Max time.Duration
+}
+
+// On reports whether the jitter can be more than zero.
+func (j Jitter) On() bool { return j.Min > 0 || j.Max > 0 }
+
+// pick draws a duration.
+func (j Jitter) pick() time.Duration {
+	if j.Max <= j.Min {
+		return j.Min
+	}
+	return j.Min + rand.N(j.Max-j.Min+1)
+}
+
+// RateLimit is a token bucket: Burst tokens at most, Rate tokens a second.
+// A zero Rate means no limit.
+type RateLimit struct {
+	Rate  float64
+	Burst int
+}
+
+// limited are the control-plane methods the rate limit meters: creations
+// of sandboxes and of (ephemeral) secrets.
+var limited = map[string]bool{
+	pb.ModalClient_SandboxCreate_FullMethodName:     true,
+	pb.ModalClient_SecretGetOrCreate_FullMethodName: true,
+}
+
+// bucket is the state of a token bucket.
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// take takes one token at now, or says how long until one is there.
+func (b *bucket) take(rl RateLimit, now time.Time) (time.Duration, bool) {
+	burst := float64(max(rl.Burst, 1))
+	if b.last.IsZero() {
+		b.tokens, b.last = burst, now
+	}
+	b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*rl.Rate)
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0, true
+	}
+	return time.Duration((1 - b.tokens) / rl.Rate * float64(time.Second)), false
+}
+
+// injected is a deterministic fault queued by Inject: the next calls of a
+// method fail.
+type injected struct {
+	n          int
+	code       codes.Code
+	retryAfter time.Duration
+}
+
+// faults is a server's fault state.
+type faults struct {
+	mu     sync.Mutex
+	f      Faults
+	bucket bucket
+	queued map[string]*injected // full method name -> what its next calls get
+}
+
+// SetFaults replaces the faults the server shows from now on.
+func (s *Server) SetFaults(f Faults) {
+	s.faults.mu.Lock()
+	s.faults.f = f
+	s.faults.bucket = bucket{}
+	s.faults.mu.Unlock()
+}
+
+// Faults returns the faults the server shows.
+func (s *Server) Faults() Faults {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	return s.faults.f
+}
+
+// Inject makes the next n calls of method (its full gRPC name, e.g.
+// pb.ModalClient_SandboxCreate_FullMethodName, or a suffix such as
+// "/SandboxCreate") fail with code before they reach the handler, whatever
+// the Faults say: the deterministic form of RateLimit (code
+// RESOURCE_EXHAUSTED, retryAfter > 0 adds the RPCRetryPolicy detail) and
+// Transient (UNAVAILABLE). n < 0 fails every call until Inject is called
+// again with 0.
+func (s *Server) Inject(method string, n int, code codes.Code, retryAfter time.Duration) {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	if s.faults.queued == nil {
+		s.faults.queued = map[string]*injected{}
+	}
+	if n == 0 {
+		delete(s.faults.queued, method)
+		return
+	}
+	s.faults.queued[method] = &injected{n: n, code: code, retryAfter: retryAfter}
+}
+
+// Injected reports how many failures queued by Inject for method are left
+// (-1: unlimited).
+func (s *Server) Injected(method string) int {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	if q := s.faults.queued[method]; q != nil {
+		return q.n
+	}
+	return 0
+}
+
+// current returns the faults in force.
+func (s *Server) current() Faults {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	return s.faults.f
+}
+
+// admit decides, before a call reaches its handler, whether it fails:
+// a queued injection first, then the rate limit, then a transient failure.
+func (s *Server) admit(method string) error {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	for name, q := range s.faults.queued {
+		if name != method && !strings.HasSuffix(method, name) {
+			continue
+		}
+		if q.n > 0 {
+			q.n--
+			if q.n == 0 {
+				delete(s.faults.queued, name)
+			}
+		}
+		return faultError(q.code, q.retryAfter, method)
+	}
+	f := s.faults.f
+	if f.RateLimit.Rate > 0 && limited[method] {
+		if wait, ok := s.faults.bucket.take(f.RateLimit, time.Now()); !ok {
+			return faultError(codes.ResourceExhausted, wait, method)
+		}
+	}
+	if f.Transient > 0 && rand.Float64() < f.Transient {
+		return faultError(codes.Unavailable, 0, method)
+	}
+	return nil
+}
+
+// faultError is the error an injected fault answers with. A
+// RESOURCE_EXHAUSTED with a delay carries Modal's RPCRetryPolicy detail.
+func faultError(code codes.Code, retryAfter time.Duration, method string) error {
+	name := method[strings.LastIndexByte(method, '/')+1:]
+	var st *status.Status
+	switch code {
+	case codes.ResourceExhausted:
+		st = status.Newf(code, "modalfake: rate limit exceeded for %s; retry after %v", name, retryAfter.Round(time.Millisecond))
+	case codes.Unavailable:
+		st = status.Newf(code, "modalfake: %s: upstream connect error or disconnect/reset before headers (transient)", name)
+	default:
+		st = status.Newf(code, "modalfake: injected %v for %s", code, name)
+	}
+	if code == codes.ResourceExhausted && retryAfter > 0 {
+		d, err := st.WithDetails(pb.RPCRetryPolicy_builder{RetryAfterSecs: float32(retryAfter.Seconds())}.Build())
+		if err == nil {
+			st = d
+		}
+	}
+	return st.Err()
+}
+
+// transientStreamBreak reports, before a stream sends a chunk, whether it
+// breaks there (Faults.Transient).
+func (s *Server) transientStreamBreak() error {
+	if p := s.current().Transient; p > 0 && rand.Float64() < p {
+		return status.Error(codes.Unavailable, "modalfake: stream reset by peer (transient)")
+	}
+	return nil
+}
+
+// silence blocks a router call for a finished sandbox when the router is
+// silent, until the caller gives up or the fake shuts down, and returns
+// the error the caller then sees. It returns nil at once when the router
+// answers.
+func (s *Server) silence(ctx context.Context, sb *sandbox) error {
+	if sb.finished() == nil || !s.current().SilentRouter {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-s.ctx.Done():
+		return status.Error(codes.Unavailable, "modalfake: shutting down")
+	}
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// String describes the faults in force, for logs.
+func (f Faults) String() string {
+	var on []string
+	if f.SchedulingDelay.On() {
+		on = append(on, fmt.Sprintf("scheduling delay %v-%v", f.SchedulingDelay.Min, f.SchedulingDelay.Max))
+	}
+	if f.ExpiryEarly.On() {
+		on = append(on, fmt.Sprintf("expiry up to %v early", f.ExpiryEarly.Max))
+	}
+	if f.RateLimit.Rate > 0 {
+		on = append(on, fmt.Sprintf("rate limit %v/s burst %d", f.RateLimit.Rate, f.RateLimit.Burst))
+	}
+	if f.Transient > 0 {
+		on = append(on, fmt.Sprintf("transient failures %.0f%%", f.Transient*100))
+	}
+	if f.SilentRouter {
+		on = append(on, "silent router")
+	}
+	if f.SnapshotDelay.On() {
+		on = append(on, fmt.Sprintf("snapshot delay %v-%v", f.SnapshotDelay.Min, f.SnapshotDelay.Max))
+	}
+	if len(on) == 0 {
+		return "none"
+	}
+	return strings.Join(on, ", ")
+}
