@@ -434,6 +434,12 @@ func whenRunning(e *terminal.Environment, arg string, f func()) {
 	}()
 }
 
+// hangGuard bounds how long a call the suite expects to return promptly
+// may take before the suite calls it hung. It is no measure of speed (the
+// suite never asserts one): the commands it guards would otherwise run
+// for many minutes, and a loaded machine must never trip it.
+const hangGuard = 45 * time.Second
+
 func countProcs(needle string) string {
 	half := len(needle) / 2
 	return fmt.Sprintf(`n=0; for f in /proc/[0-9]*/cmdline; do c=$(tr '\000' ' ' 2>/dev/null <"$f"); case "$c" in *"%s""%s"*) n=$((n+1));; esac; done; echo $n`,
@@ -450,8 +456,10 @@ func (s *Suite) testTimeoutKillsTree(t *testing.T) {
 	if r.Output != want || r.ExitCode != 124 {
 		t.Fatalf("timeout: got %q exit %d, want %q exit 124", r.Output, r.ExitCode, want)
 	}
-	if limit := time.Second + s.opts.Grace + time.Second; elapsed > limit {
-		t.Errorf("timeout call took %v, want under %v", elapsed, limit)
+	// A hang guard, not a measure of speed: the tree sleeps for 1001 s, so
+	// a timeout that waited for it instead of killing it takes far longer.
+	if elapsed > hangGuard {
+		t.Errorf("timeout call took %v: the timeout waited for the command instead of killing it", elapsed)
 	}
 	expect(t, e, cmd(countProcs("sleep 1001"+runTag)), "0", 0)
 	expect(t, e, cmd("echo $KEPT; pwd"), "1\n/", 0)
@@ -482,8 +490,8 @@ func (s *Suite) testInterrupt(t *testing.T) {
 	if r.Output != "begin\n[Command interrupted]" || r.ExitCode != 130 {
 		t.Fatalf("interrupt: got %q exit %d", r.Output, r.ExitCode)
 	}
-	if d := time.Since(<-cancelled); d > s.opts.Grace+2*time.Second {
-		t.Errorf("interrupt took %v", d)
+	if d := time.Since(<-cancelled); d > hangGuard {
+		t.Errorf("interrupt took %v: it waited for the command instead of killing it", d)
 	}
 	expect(t, e, cmd(countProcs("sleep 1003"+runTag)), "0", 0)
 	expect(t, e, cmd("echo alive"), "alive", 0)
@@ -498,11 +506,13 @@ func (s *Suite) testDetached(t *testing.T) {
 	for _, c := range []string{"setsid sleep 1004" + runTag + " & disown", "cd / && sleep 1005" + runTag + " &", "sleep 1004" + runTag + " &"} {
 		start := time.Now()
 		r := run(t, e, terminal.Request{Command: c, Timeout: 20})
+		// A call the background child held would end at its timeout (exit
+		// 124) or later; exit 0 says it returned on its own.
 		if r.ExitCode != 0 {
-			t.Errorf("%q: exit %d output %q", c, r.ExitCode, r.Output)
+			t.Errorf("%q: exit %d output %q: a background child holding the output must not hang the call", c, r.ExitCode, r.Output)
 		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("%q took %v: a background child holding the output must not hang the call", c, d)
+		if d := time.Since(start); d > hangGuard {
+			t.Errorf("%q took %v: a background child held the call", c, d)
 		}
 	}
 	expect(t, e, cmd("echo still fine"), "still fine", 0)
