@@ -350,13 +350,11 @@ func (s *Suite) testSyntaxErrors(t *testing.T) {
 
 func (s *Suite) testStdinDevNull(t *testing.T) {
 	e := s.env(t)
-	start := time.Now()
+	// A stdin that was not /dev/null would hold each of these until its
+	// timeout: exit 124 instead of 0.
 	expect(t, e, terminal.Request{Command: "cat", Timeout: 10}, "", 0)
 	expect(t, e, terminal.Request{Command: "read x; echo \"[$x] $?\"", Timeout: 10}, "[] 1", 0)
 	expect(t, e, terminal.Request{Command: "wc -c", Timeout: 10}, "0", 0)
-	if d := time.Since(start); d > 8*time.Second {
-		t.Fatalf("commands reading stdin took %v: stdin is not /dev/null", d)
-	}
 }
 
 func (s *Suite) testStdinData(t *testing.T) {

@@ -42,16 +42,15 @@ func exitToWait(tb testing.TB, r *Registry, env *terminal.Environment) time.Dura
 	return returned.Sub(time.Unix(0, ns))
 }
 
-// TestWaitIsEventDriven: wait returns as the job exits, not on a polling
-// tick. The bound is loose on purpose (no timing assertions in tests); the
-// benchmark below reports the actual figure.
-func TestWaitIsEventDriven(t *testing.T) {
+// TestWaitReturnsAtExit: wait returns when the job exits, not at its own
+// 30 s timeout (exitToWait fails on a "timeout" status). How soon after
+// the exit is the benchmark's figure below, not an assertion here: a
+// loaded machine may delay it by any amount.
+func TestWaitReturnsAtExit(t *testing.T) {
 	r := NewRegistry(time.Minute)
 	env := localEnv(t)
 	for i := 0; i < 3; i++ {
-		if d := exitToWait(t, r, env); d > time.Second {
-			t.Fatalf("wait returned %v after the job's last output", d)
-		}
+		t.Logf("wait returned %v after the job's last output", exitToWait(t, r, env))
 	}
 }
 
