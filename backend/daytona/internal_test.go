@@ -42,7 +42,7 @@ func init() {
 		{"EnvAdminListRemovePrune", testEnvAdmin},
 		{"Doctor", testDoctor},
 		{"OneShotLikeTheReference", testOneShot},
-		{"WriteFileDeclinesUncarriablePath", testWriteFileDeclines},
+		{"WriteFileCarriesAnyPath", testWriteFileAnyPath},
 		{"TrivialCommandIsOneRoundTrip", testOneRoundTrip},
 		{"CwdDefaultsToHomeAndFollowsConfig", testCwd},
 	}
@@ -514,12 +514,17 @@ func testOneShot(t *testing.T, fake *daytonafake.Server) {
 	}
 }
 
-func testWriteFileDeclines(t *testing.T, fake *daytonafake.Server) {
+// testWriteFileAnyPath checks that a path holding both kinds of quotes,
+// which the toolbox's execute call could not carry before execLine
+// escaped its words, is written.
+func testWriteFileAnyPath(t *testing.T, fake *daytonafake.Server) {
 	b := newBackend(t, testOptions(t, fake, nil, nil))
 	run(t, b, `mkdir -p "/tmp/both'\"q"`, "")
-	err := b.WriteFile(ctxT(t), "/tmp/both'\"q/f", strings.NewReader("x"), 1, 0o644)
-	if !errors.Is(err, backend.ErrUnsupported) {
-		t.Fatalf("a path with both quotes: %v, want ErrUnsupported", err)
+	if err := b.WriteFile(ctxT(t), "/tmp/both'\"q/f", strings.NewReader("x"), 1, 0o644); err != nil {
+		t.Fatalf("a path with both quotes: %v", err)
+	}
+	if out, _ := run(t, b, `cat "/tmp/both'\"q/f"`, ""); out != "x" {
+		t.Fatalf("the file holds %q", out)
 	}
 }
 
