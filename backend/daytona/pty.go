@@ -64,10 +64,15 @@ import (
 // pacer passes it on in windows of paceRecords writes of at most
 // paceBlock bytes (one dd each), prints a window marker
 // "\x1eBERTHW<nonce>\x00" after each, and starts a window only once berth
-// has acknowledged the one before the last (a credit line "c", which the
-// decoder hands the pacer through a private FIFO). At most two windows —
-// 32 writes, 128 KiB — are ever between the pacer and berth, a few dozen
-// messages where the daemon drops at 256. An image without dd or mkfifo
+// has acknowledged all but the last paceWindows-1 of them (a credit line
+// "c" per window, which the decoder hands the pacer through a private
+// FIFO). So at most paceWindows windows — 24 writes, 384 KiB — are ever
+// between the pacer and berth. Linux hands a write of 16 KiB to a
+// terminal's reader in at most 10 pieces (tty buffers of 1792 bytes), so
+// that is at most 240 of the daemon's messages, and about 100 as they
+// usually come (4 KiB a read): the queue cannot fill, however slow the
+// link. Throughput is then at most 384 KiB per round trip between berth
+// and the sandbox (about 4 MB/s at 100 ms). An image without dd or mkfifo
 // gets cat instead (unpaced, as before). A TTY process writes to the
 // terminal itself and cannot be paced.
 //
@@ -120,10 +125,11 @@ func stage1(nonce string) string {
 }
 
 // Pacing (see above): windows of paceRecords reads of at most paceBlock
-// bytes, two windows at most unacknowledged.
+// bytes, paceWindows windows at most unacknowledged.
 const (
-	paceBlock   = 4096
-	paceRecords = 16
+	paceBlock   = 16 << 10
+	paceRecords = 8
+	paceWindows = 3
 )
 
 // decoderFunc turns the input lines back into bytes for the process's
@@ -147,8 +153,8 @@ const decoderFunc = `__berth_dec() {
 // pacerFunc passes its stdin to the terminal in windows (see above): dd
 // copies paceRecords reads of at most paceBlock bytes as they come (its
 // count is the last "N+M" before "records in": GNU dd may warn of partial
-// reads first), a window marker follows, and from the second window on the pacer waits
-// for the credit of the window before the last. Fewer records than asked
+// reads first), a window marker follows, and from window paceWindows on
+// the pacer waits for the credit of the window paceWindows-1 before. Fewer records than asked
 // for means the end of the input (or a failing dd): the end marker
 // follows and the pacer returns. It is written once the nonce is known.
 const pacerFunc = `__berth_pace() {
@@ -165,7 +171,7 @@ const pacerFunc = `__berth_pace() {
     [ $((${__berth_r%%+*} + ${__berth_r#*+})) -ge %[2]d ] || break
     __berth_k=$((__berth_k + 1))
     printf '\036BERTHW%%s\000' %[3]s
-    [ "$__berth_k" -lt 2 ] || IFS= read -r __berth_c <&5 || break
+    [ "$__berth_k" -lt %[4]d ] || IFS= read -r __berth_c <&5 || break
   done
   printf '\036BERTHE%%s\000' %[3]s
 }
@@ -204,7 +210,7 @@ func stage2(spec backend.ProcSpec, nonce string) (string, error) {
 	// input lines never hold those bytes raw.
 	b.WriteString("stty ixon -ixany 2>/dev/null\n")
 	b.WriteString(decoderFunc)
-	fmt.Fprintf(&b, pacerFunc, paceBlock, paceRecords, nonce)
+	fmt.Fprintf(&b, pacerFunc, paceBlock, paceRecords, nonce, paceWindows)
 	// The credits' FIFO, opened read-write so that neither end waits for
 	// the other, and unlinked at once: only the decoder and the pacer
 	// hold it. Without dd or mkfifo the output is not paced.

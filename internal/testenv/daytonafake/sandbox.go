@@ -97,6 +97,19 @@ func (s *Server) Sandbox(idOrName string) (SandboxInfo, bool) {
 	}, true
 }
 
+// SandboxIDs returns the ids of the sandboxes the fake holds (deleted
+// ones are gone from it).
+func (s *Server) SandboxIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.sandboxes))
+	for id := range s.sandboxes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
 // WaitState waits until the sandbox (by id or name) is in one of states,
 // and fails when it goes to error or build_failed, or is gone.
 func (s *Server) WaitState(ctx context.Context, idOrName string, states ...string) error {
