@@ -16,8 +16,10 @@
 // container_cpu cores, container_memory and container_disk rounded up to
 // whole GiB (the disk capped at Daytona's 10 GiB, with a warning), auto-stop
 // off while berth holds it, and no network when docker_network is false.
-// Processes start in /root, or in the configured cwd when that is a path
-// inside the sandbox.
+// Processes start in the home directory of the sandbox's user (asked of
+// the sandbox: Daytona runs the image's user, "daytona" in its own
+// snapshots), or in the configured cwd when that is a path inside the
+// sandbox.
 //
 // Owners: a berth that starts sweeps what crashed berths left running
 // (their owner process is gone): throwaway sandboxes are deleted,
@@ -41,8 +43,18 @@
 // toolbox call fails) wakes it — one state check after the failure, none
 // before each command — and the session restores its cwd and exported
 // variables in the new shell; environment_recreated is reported only when
-// the sandbox was gone and a new one had to be created. Without
-// container_persistent, Close deletes the sandbox.
+// the sandbox was gone and a new one had to be created. A sandbox in state
+// error that Daytona marks recoverable is recovered, its files kept, before
+// berth would replace it. Without container_persistent, Close deletes the
+// sandbox.
+//
+// Daytona as it is, not as a kind fake is: every call is retried on 429
+// (as long as Retry-After-<bucket> says) and on 502/503/504, within a
+// budget, and reported when given up (retry.go); output is paced end to
+// end so the daemon's 256-message queue never fills and drops berth as a
+// slow consumer, the shell does not exit before berth has all of its
+// output, and idle websockets are pinged (pty.go); berth env rm looks a
+// sandbox up by name too, since the list lags creation (manage.go).
 //
 // env_passthrough and docker_forward_env never go into the sandbox's
 // definition (its env or labels): SessionEnv hands them to the session,

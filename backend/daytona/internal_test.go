@@ -252,8 +252,16 @@ func testTimeoutInterruptKeepSandbox(t *testing.T, fake *daytonafake.Server) {
 	if r.ExitCode != 124 || !strings.HasSuffix(r.Output, "[Command timed out after 1s]") {
 		t.Fatalf("timeout: %q exit %d err %s", r.Output, r.ExitCode, errText(r.Error))
 	}
+	// The interrupt comes once the command runs (seen from a second
+	// process), not after a guess at how long starting it takes.
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(500*time.Millisecond, cancel)
+	go func() {
+		defer cancel()
+		wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer wcancel()
+		backend.Output(wctx, b, backend.ProcSpec{Argv: []string{"/bin/sh", "-c",
+			"until ps -o args | grep -q '^sleep 3142'; do sleep 0.05; done"}}, nil, 0)
+	}()
 	r = e.Run(ctx, terminal.Request{Command: "echo go; sleep 3142", Timeout: 60})
 	if r.ExitCode != 130 {
 		t.Fatalf("interrupt: %q exit %d err %s", r.Output, r.ExitCode, errText(r.Error))

@@ -158,6 +158,7 @@ const decoderFunc = `__berth_dec() {
 // for means the end of the input (or a failing dd): the end marker
 // follows and the pacer returns. It is written once the nonce is known.
 const pacerFunc = `__berth_pace() {
+  rm -f "$__berth_f" 2>/dev/null
   exec 4>&1
   __berth_k=0
   while :; do
@@ -212,11 +213,11 @@ func stage2(spec backend.ProcSpec, nonce string) (string, error) {
 	b.WriteString(decoderFunc)
 	fmt.Fprintf(&b, pacerFunc, paceBlock, paceRecords, nonce, paceWindows)
 	// The credits' FIFO, opened read-write so that neither end waits for
-	// the other, and unlinked at once: only the decoder and the pacer
-	// hold it. Without dd or mkfifo the output is not paced.
+	// the other, and unlinked by the pacer as it starts (off the way of
+	// the program's start): only the decoder and the pacer hold it.
+	// Without dd or mkfifo the output is not paced.
 	b.WriteString("__berth_f=${TMPDIR:-/tmp}/.berth-c-" + nonce + "\n")
 	b.WriteString("if command -v dd >/dev/null 2>&1 && mkfifo -m 600 \"$__berth_f\" 2>/dev/null && command exec 5<>\"$__berth_f\"; then __berth_p=__berth_pace; else __berth_p=cat; fi\n")
-	b.WriteString("rm -f \"$__berth_f\" 2>/dev/null\n")
 	b.WriteString("if command -v setsid >/dev/null 2>&1; then set -- setsid \"$@\"; fi\n")
 	// The command runs in a subshell it replaces, its stderr joined to
 	// stdout there, without the FIFO; the waiting shell's own messages
