@@ -134,17 +134,21 @@ const (
 
 // decoderFunc turns the input lines back into bytes for the process's
 // stdin pipe: "d" lines are data, "e" closes the pipe, "c" (a credit) goes
-// to the pacer on fd 5, and "a" (or anything else) ends it. It outlives
-// the end of stdin and the program, and writing to a program that stopped
-// reading does not kill it: the credits must still reach the pacer.
+// to the pacer through the FIFO $__berth_f (opened at the first credit:
+// the pacer made it before its first window marker), and "a" (or anything
+// else) removes the FIFO and ends it. It outlives the end of stdin and the
+// program, and writing to a program that stopped reading does not kill it:
+// the credits must still reach the pacer.
 const decoderFunc = `__berth_dec() {
   trap '' PIPE
+  __berth_o=
   while IFS= read -r __berth_l; do
     case $__berth_l in
       d*) printf '%b' "${__berth_l#d}" 2>/dev/null ;;
-      c) printf 'c\n' >&5 2>/dev/null ;;
+      c) if [ -z "$__berth_o" ]; then __berth_o=1; [ -p "$__berth_f" ] && command exec 5>>"$__berth_f" 2>/dev/null; fi
+         printf 'c\n' >&5 2>/dev/null ;;
       e) exec >&- ;;
-      *) return 0 ;;
+      *) [ -p "$__berth_f" ] && rm -f "$__berth_f"; return 0 ;;
     esac
   done
 }
@@ -154,11 +158,16 @@ const decoderFunc = `__berth_dec() {
 // copies paceRecords reads of at most paceBlock bytes as they come (its
 // count is the last "N+M" before "records in": GNU dd may warn of partial
 // reads first), a window marker follows, and from window paceWindows on
-// the pacer waits for the credit of the window paceWindows-1 before. Fewer records than asked
-// for means the end of the input (or a failing dd): the end marker
-// follows and the pacer returns. It is written once the nonce is known.
+// the pacer waits for the credit of the window paceWindows-1 before. The
+// credits' FIFO is made, and opened read-write (so neither end waits for
+// the other), only when a first window is full: the output of most
+// processes fits in one window and costs no FIFO. Fewer records than
+// asked for means the end of the input (or a failing dd): the end marker
+// follows and the pacer returns. Without dd, or when the FIFO cannot be
+// made, the output is passed on by cat, unpaced. It is written once the
+// nonce is known.
 const pacerFunc = `__berth_pace() {
-  rm -f "$__berth_f" 2>/dev/null
+  command -v dd >/dev/null 2>&1 || { cat; printf '\036BERTHE%%s\000' %[3]s; return; }
   exec 4>&1
   __berth_k=0
   while :; do
@@ -171,6 +180,9 @@ const pacerFunc = `__berth_pace() {
     esac
     [ $((${__berth_r%%+*} + ${__berth_r#*+})) -ge %[2]d ] || break
     __berth_k=$((__berth_k + 1))
+    if [ "$__berth_k" = 1 ] && ! { mkfifo -m 600 "$__berth_f" 2>/dev/null && command exec 5<>"$__berth_f"; }; then
+      cat; break
+    fi
     printf '\036BERTHW%%s\000' %[3]s
     [ "$__berth_k" -lt %[4]d ] || IFS= read -r __berth_c <&5 || break
   done
@@ -212,12 +224,9 @@ func stage2(spec backend.ProcSpec, nonce string) (string, error) {
 	b.WriteString("stty ixon -ixany 2>/dev/null\n")
 	b.WriteString(decoderFunc)
 	fmt.Fprintf(&b, pacerFunc, paceBlock, paceRecords, nonce, paceWindows)
-	// The credits' FIFO, opened read-write so that neither end waits for
-	// the other, and unlinked by the pacer as it starts (off the way of
-	// the program's start): only the decoder and the pacer hold it.
-	// Without dd or mkfifo the output is not paced.
+	// The credits' FIFO: made by the pacer when it needs it, removed by
+	// the decoder at the end.
 	b.WriteString("__berth_f=${TMPDIR:-/tmp}/.berth-c-" + nonce + "\n")
-	b.WriteString("if command -v dd >/dev/null 2>&1 && mkfifo -m 600 \"$__berth_f\" 2>/dev/null && command exec 5<>\"$__berth_f\"; then __berth_p=__berth_pace; else __berth_p=cat; fi\n")
 	b.WriteString("if command -v setsid >/dev/null 2>&1; then set -- setsid \"$@\"; fi\n")
 	// The command runs in a subshell it replaces, its stderr joined to
 	// stdout there, without the FIFO; the waiting shell's own messages
@@ -225,7 +234,7 @@ func stage2(spec backend.ProcSpec, nonce string) (string, error) {
 	// force while it waits) go to /dev/null, out of the output. The shell
 	// ends when the decoder does: at berth's acknowledgement of the end
 	// of the output.
-	b.WriteString("__berth_dec | { (exec \"$@\" 2>&1 5>&-); " + frame + " \"$?\"; } 2>/dev/null | { $__berth_p; [ $__berth_p = cat ] && printf '\\036BERTHE%s\\000' " + nonce + "; } 2>/dev/null\n")
+	b.WriteString("__berth_dec | { (exec \"$@\" 2>&1); " + frame + " \"$?\"; } 2>/dev/null | __berth_pace 2>/dev/null\n")
 	return b.String(), nil
 }
 
