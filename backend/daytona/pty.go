@@ -138,21 +138,21 @@ const (
 
 // decoderFunc turns the input lines back into bytes for the process's
 // stdin pipe: "d" lines are data, "e" closes the pipe, "c" (a credit) goes
-// to the pacer through the FIFO $__berth_f (opened at the first credit:
-// the pacer made it before its first window marker), and "a" (or anything
-// else) removes the FIFO and ends it. It outlives the end of stdin and the
-// program, and writing to a program that stopped reading does not kill it:
-// the credits must still reach the pacer.
+// to the pacer through the FIFO on fd 5, "x" (berth let go of the process
+// before the end of its output) tells the pacer to stop pacing ("u": with
+// nobody reading, nothing the process or a child it left behind prints is
+// held back), and "a" (or anything else) ends it. It outlives the end of
+// stdin and the program, and writing to a program that stopped reading
+// does not kill it: the credits must still reach the pacer.
 const decoderFunc = `__berth_dec() {
   trap '' PIPE
-  __berth_o=
   while IFS= read -r __berth_l; do
     case $__berth_l in
       d*) printf '%b' "${__berth_l#d}" 2>/dev/null ;;
-      c) if [ -z "$__berth_o" ]; then __berth_o=1; [ -p "$__berth_f" ] && command exec 5>>"$__berth_f" 2>/dev/null; fi
-         printf 'c\n' >&5 2>/dev/null ;;
+      c) printf 'c\n' >&5 2>/dev/null ;;
       e) exec >&- ;;
-      *) [ -p "$__berth_f" ] && rm -f "$__berth_f"; return 0 ;;
+      x) printf 'u\n' >&5 2>/dev/null; return 0 ;;
+      *) return 0 ;;
     esac
   done
 }
@@ -162,16 +162,14 @@ const decoderFunc = `__berth_dec() {
 // copies paceRecords reads of at most paceBlock bytes as they come (its
 // count is the last "N+M" before "records in": GNU dd may warn of partial
 // reads first), a window marker follows, and from window paceWindows on
-// the pacer waits for the credit of the window paceWindows-1 before. The
-// credits' FIFO is made, and opened read-write (so neither end waits for
-// the other), only when a first window is full: the output of most
-// processes fits in one window and costs no FIFO. Fewer records than
-// asked for means the end of the input (or a failing dd): the end marker
-// follows and the pacer returns. Without dd, or when the FIFO cannot be
-// made, the output is passed on by cat, unpaced. It is written once the
-// nonce is known.
+// the pacer waits for the credit of the window paceWindows-1 before.
+// Fewer records than asked for means the end of the input (or a failing
+// dd): the end marker follows and the pacer returns. A "u" among the
+// credits (berth let go) turns it into cat. It unlinks the credits' FIFO
+// first: the decoder and it hold it open. It is written once the nonce is
+// known.
 const pacerFunc = `__berth_pace() {
-  command -v dd >/dev/null 2>&1 || { cat; printf '\036BERTHE%%s\000' %[3]s; return; }
+  rm -f "$__berth_f"
   exec 4>&1
   __berth_k=0
   while :; do
@@ -184,11 +182,8 @@ const pacerFunc = `__berth_pace() {
     esac
     [ $((${__berth_r%%+*} + ${__berth_r#*+})) -ge %[2]d ] || break
     __berth_k=$((__berth_k + 1))
-    if [ "$__berth_k" = 1 ] && ! { mkfifo -m 600 "$__berth_f" 2>/dev/null && command exec 5<>"$__berth_f"; }; then
-      cat; break
-    fi
     printf '\036BERTHW%%s\000' %[3]s
-    [ "$__berth_k" -lt %[4]d ] || IFS= read -r __berth_c <&5 || break
+    [ "$__berth_k" -lt %[4]d ] || { IFS= read -r __berth_c <&5 && [ "$__berth_c" = c ]; } || { cat; break; }
   done
   printf '\036BERTHE%%s\000' %[3]s
 }
@@ -228,9 +223,15 @@ func stage2(spec backend.ProcSpec, nonce string) (string, error) {
 	b.WriteString("stty ixon -ixany 2>/dev/null\n")
 	b.WriteString(decoderFunc)
 	fmt.Fprintf(&b, pacerFunc, paceBlock, paceRecords, nonce, paceWindows)
-	// The credits' FIFO: made by the pacer when it needs it, removed by
-	// the decoder at the end.
+	// The credits' FIFO, opened read-write by this shell (so that no open
+	// waits for the other end, and what the decoder writes stays until
+	// the pacer reads it) for the decoder and the pacer, and unlinked by
+	// the pacer as it starts. Without dd or mkfifo the output is not paced.
 	b.WriteString("__berth_f=${TMPDIR:-/tmp}/.berth-c-" + nonce + "\n")
+	b.WriteString("__berth_p=cat\n")
+	if paceOutput {
+		b.WriteString("if command -v dd >/dev/null 2>&1 && mkfifo -m 600 \"$__berth_f\" 2>/dev/null && command exec 5<>\"$__berth_f\"; then __berth_p=__berth_pace; fi\n")
+	}
 	b.WriteString("if command -v setsid >/dev/null 2>&1; then set -- setsid \"$@\"; fi\n")
 	// The command runs in a subshell it replaces, its stderr joined to
 	// stdout there, without the FIFO; the waiting shell's own messages
@@ -238,11 +239,7 @@ func stage2(spec backend.ProcSpec, nonce string) (string, error) {
 	// force while it waits) go to /dev/null, out of the output. The shell
 	// ends when the decoder does: at berth's acknowledgement of the end
 	// of the output.
-	pacer := "__berth_pace"
-	if !paceOutput {
-		pacer = "{ cat; printf '\\036BERTHE%s\\000' " + nonce + "; }"
-	}
-	b.WriteString("__berth_dec | { (exec \"$@\" 2>&1); " + frame + " \"$?\"; } 2>/dev/null | " + pacer + " 2>/dev/null\n")
+	b.WriteString("__berth_dec | { (exec \"$@\" 2>&1 5>&-); " + frame + " \"$?\"; } 2>/dev/null | { $__berth_p; [ $__berth_p = cat ] && printf '\\036BERTHE%s\\000' " + nonce + "; } 2>/dev/null\n")
 	return b.String(), nil
 }
 
@@ -285,6 +282,7 @@ type ptyProc struct {
 	wmu      sync.Mutex // serialises writes to ws
 	inClosed bool       // stdin's end was sent (guarded by wmu)
 	acked    bool       // the acknowledgement line was sent (guarded by wmu)
+	xoffSent bool       // the terminal's output is stopped (guarded by wmu)
 
 	out  *outBuf
 	omu  sync.Mutex    // orders writes to out from the reader and its hold timer
@@ -299,6 +297,7 @@ type ptyProc struct {
 	flowc chan struct{} // wakes flowLoop: the wanted flow state changed, or credits are owed
 	pause atomic.Bool   // the wanted state: output stopped (XOFF)
 	owed  atomic.Int32  // credits for windows received, not sent yet
+	ended atomic.Bool   // the pacer's end marker came: all output is here
 
 	readDone chan struct{} // closed when readLoop returns
 }
@@ -535,7 +534,6 @@ func (p *ptyProc) readLoop() {
 	fm := &frameMatcher{marker: p.frame}
 	var closeCode *int
 	var flush *time.Timer
-	ended := false // the end marker came
 	// deliver passes output with the markers already taken out on to the
 	// exit frame matcher and the buffer; false means the buffer closed.
 	// omu held.
@@ -562,7 +560,7 @@ func (p *ptyProc) readLoop() {
 			p.wakeFlow()
 			return
 		}
-		ended = true
+		p.ended.Store(true)
 		go p.sendAck() // never block the reader on a stuck writer
 		if p.exited() {
 			p.out.close(io.EOF)
@@ -599,7 +597,7 @@ func (p *ptyProc) readLoop() {
 			}
 			fallthrough
 		case websocket.BinaryMessage:
-			if ended {
+			if p.ended.Load() {
 				continue // nothing follows the end of the output
 			}
 			if flush != nil {
@@ -745,8 +743,10 @@ func (p *ptyProc) Close() error {
 
 // sendAck tells the waiting shell that berth has all of the output (or
 // that nobody waits for it any more), so it may exit: without TTY the
-// decoder ends at the line "a" (closing stdin, if it was not closed), with
-// TTY the shell reads it after the exit frame.
+// decoder ends at the line "a" (closing stdin, if it was not closed), or
+// at "x" when berth lets go before the end of the output, which also ends
+// the pacing of what still comes; with TTY the shell reads it after the
+// exit frame.
 func (p *ptyProc) sendAck() error {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
@@ -757,6 +757,15 @@ func (p *ptyProc) sendAck() error {
 	msg := []byte("a\n")
 	if !p.tty.Load() {
 		p.inClosed = true
+		if !p.ended.Load() {
+			msg = []byte("x\n")
+		}
+	}
+	if p.xoffSent {
+		// berth stopped the output for its reader, which is gone now:
+		// what still comes is not held back.
+		msg = append([]byte{xon}, msg...)
+		p.xoffSent = false
 	}
 	p.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	defer p.ws.SetWriteDeadline(time.Time{})
@@ -826,6 +835,9 @@ func (p *ptyProc) flowLoop() {
 		var err error
 		if !p.acked { // after the acknowledgement nobody reads credits
 			err = p.ws.WriteMessage(websocket.BinaryMessage, msg)
+			if err == nil {
+				p.xoffSent = stopped
+			}
 		}
 		p.wmu.Unlock()
 		if err != nil {

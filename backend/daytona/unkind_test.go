@@ -265,3 +265,39 @@ func TestAPIURLPasswordNeverShown(t *testing.T) {
 		t.Fatalf("a wrong key with a password URL: %v, want an AuthError", err)
 	}
 }
+
+// TestPacingEndsWhenBerthLetsGo: a process berth closed while it still
+// prints (Close does not kill), and whose output berth had stopped (XOFF)
+// because nobody read it, runs to its end: the output is started again
+// and the pacing that holds it back until berth acknowledged it stops once
+// berth is gone. Without the XON on Close, or without the pacer's "u", it
+// blocked for ever.
+func TestPacingEndsWhenBerthLetsGo(t *testing.T) {
+	fake := daytonafake.Start(t)
+	b := newBackend(t, testOptions(t, fake, nil, nil))
+	ctx := ctxT(t)
+	p, err := b.Start(ctx, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", "head -c 4000000 /dev/zero; echo done >/tmp/let-go"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(p.Stdout(), make([]byte, 100000)); err != nil {
+		t.Fatal(err)
+	}
+	// Nobody reads on: berth's buffer fills and it stops the terminal.
+	for pp := p.(*ptyProc); ; {
+		pp.wmu.Lock()
+		stopped := pp.xoffSent
+		pp.wmu.Unlock()
+		if stopped {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("berth never stopped the output of a process nobody read")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.Close()
+	if out, code := run(t, b, "for i in $(seq 300); do [ -e /tmp/let-go ] && break; sleep 0.1; done; cat /tmp/let-go", ""); code != 0 || out != "done\n" {
+		t.Fatalf("the process did not run to its end after berth let go: %q exit %d", out, code)
+	}
+}
