@@ -77,7 +77,9 @@ import (
 // terminal itself and cannot be paced.
 //
 // Stdin travels to the decoder as lines "d<bytes as printf %b escapes>\n";
-// "e\n" ends it (EOF), "c\n" is a credit, "a\n" the acknowledgement. The
+// "e\n" ends it (EOF), "c\n" is a credit, "a\n" the acknowledgement, and
+// "x\n" says berth let go before the end of the output (the pacer then
+// passes the rest on unpaced: nobody is there to acknowledge it). The
 // decoder reads the terminal a byte at a time (the shell's read builtin),
 // which is what lets it stop exactly at the end; a command line costs
 // microseconds, bulk stdin about a second per few MB.
