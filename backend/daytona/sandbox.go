@@ -96,9 +96,9 @@ func (b *Backend) waitState(ctx context.Context, id string, want ...apiclient.Sa
 // a stopped or archived one is started (its filesystem kept), one still
 // settling is waited for, one in state error that Daytona marks
 // recoverable is recovered (its filesystem kept), any other failed or
-// vanished one is replaced by a new sandbox. An existing sandbox is claimed (see claim) before it is started
-// or used. created reports that the sandbox is new, i.e. any earlier
-// filesystem is lost.
+// vanished one is replaced by a new sandbox. An existing sandbox is
+// claimed (see claim) before it is started or used. created reports that
+// the sandbox is new, i.e. any earlier filesystem is lost.
 func (b *Backend) ensure(ctx context.Context) (sb *apiclient.Sandbox, created bool, err error) {
 	sp := b.spec
 	replaced, claimed, recovered := false, false, false
