@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,9 @@ func install(t *testing.T) (dir, node string) {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		unavailable(t, "sdkcheck: no node on PATH to run Daytona's TypeScript SDK (Debian: apt-get install nodejs npm)")
+	}
+	if v, err := exec.Command(node, "--version").Output(); err != nil || !nodeAtLeast20(strings.TrimSpace(string(v))) {
+		unavailable(t, "sdkcheck: Daytona's TypeScript SDK needs Node.js 20 or later; %s is %q (%v)", node, strings.TrimSpace(string(v)), err)
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
@@ -108,6 +112,14 @@ func install(t *testing.T) (dir, node string) {
 		}
 	}
 	return dir, node
+}
+
+// nodeAtLeast20 reports whether a `node --version` answer (v20.1.0) is
+// 20 or later: the SDK's dependencies (the AWS SDK) ask for it.
+func nodeAtLeast20(v string) bool {
+	major, _, _ := strings.Cut(strings.TrimPrefix(v, "v"), ".")
+	n, err := strconv.Atoi(major)
+	return err == nil && n >= 20
 }
 
 // runCheck runs check.mjs against fake and fails the test unless every
