@@ -158,9 +158,26 @@ func TestDisruptedMidCommand(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := e.Run(context.Background(), terminal.Request{Command: "echo MID-$((1+1))-CMD; sleep 120", Timeout: 100})
+			// The command runs until the disruption (however long the fake
+			// takes to do it under load); from then on berth must notice
+			// within a minute, not at the command's timeout.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			res := make(chan terminal.Result, 1)
+			go func() {
+				res <- e.Run(ctx, terminal.Request{Command: "echo MID-$((1+1))-CMD; sleep 3000", Timeout: 3000})
+			}()
 			if err := <-done; err != nil {
 				t.Fatal(err)
+			}
+			var r terminal.Result
+			select {
+			case r = <-res:
+			case <-time.After(time.Minute):
+				cancel()
+				<-res
+				info, _ := fake.Sandbox(b.SandboxID())
+				t.Fatalf("the command still ran a minute after the sandbox went %s (%s)", c.d, info.State)
 			}
 			if r.ExitCode == 0 || r.Error == nil && r.ExitCode < 128 {
 				t.Fatalf("the disrupted command: exit %d err %s output %q", r.ExitCode, errText(r.Error), r.Output)
@@ -213,12 +230,12 @@ func TestNonRootUser(t *testing.T) {
 // outlives a pause longer than the cut.
 func TestIdleConnectionsPinged(t *testing.T) {
 	old := pingInterval
-	pingInterval = 200 * time.Millisecond
+	pingInterval = 100 * time.Millisecond
 	t.Cleanup(func() { pingInterval = old })
-	fake := daytonafake.StartUnkind(t, daytonafake.Unkind{IdleCut: 2 * time.Second})
+	fake := daytonafake.StartUnkind(t, daytonafake.Unkind{IdleCut: 3 * time.Second}) // 30 pings: no hiccup under load reaches it
 	e := termEnv(t, newBackend(t, testOptions(t, fake, nil, nil)))
 	must(t, e, "only_in_this_shell=kept", "")
-	time.Sleep(5 * time.Second) // idle, longer than the cut
+	time.Sleep(7 * time.Second) // idle, longer than twice the cut
 	must(t, e, "echo $only_in_this_shell", "kept")
 	if n := fake.Unkindness().IdleCut; n != 0 {
 		t.Fatalf("%d idle connections cut", n)

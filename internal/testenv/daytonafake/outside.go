@@ -114,6 +114,13 @@ func (s *Server) Disrupt(ctx context.Context, idOrName string, d Disruption) err
 	st := sb.state
 	s.mu.Unlock()
 	s.log.Debug("daytonafake: disruption", "sandbox", sb.id, "disruption", d, "state", st)
+	// A disruption that does not apply to the sandbox's state is an error,
+	// not nothing: a test that armed it learns its premise was wrong.
+	switch {
+	case (d == Stop || d == ErrorRecoverable || d == ErrorFatal) && st != apiclient.SANDBOXSTATE_STARTED,
+		d == Archive && st != apiclient.SANDBOXSTATE_STARTED && st != apiclient.SANDBOXSTATE_STOPPED:
+		return fmt.Errorf("daytonafake: disrupt: sandbox %s is %s, which %s does not apply to", sb.id, st, d)
+	}
 	switch d {
 	case Stop, Archive:
 		if st == apiclient.SANDBOXSTATE_STARTED {
@@ -144,10 +151,8 @@ func (s *Server) Disrupt(ctx context.Context, idOrName string, d Disruption) err
 		s.mu.Unlock()
 		return err
 	case ErrorRecoverable, ErrorFatal:
-		if st == apiclient.SANDBOXSTATE_STARTED {
-			if err := sb.stopContainer(ctx, true); err != nil {
-				return err
-			}
+		if err := sb.stopContainer(ctx, true); err != nil {
+			return err
 		}
 		s.mu.Lock()
 		sb.state, sb.errorReason = apiclient.SANDBOXSTATE_ERROR, "the runner lost the sandbox (daytonafake disruption)"

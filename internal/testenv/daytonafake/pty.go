@@ -338,9 +338,12 @@ func (p *ptySession) exited(code int) {
 		p.remove()
 		return
 	}
+	// What the terminal printed is passed on before the close message;
+	// the bound is for a child that keeps the terminal open after the
+	// shell exited.
 	select {
 	case <-eof:
-	case <-time.After(100 * time.Millisecond):
+	case <-time.After(5 * time.Second):
 	}
 	p.closeClients(code, exitReason(code))
 	p.remove()
