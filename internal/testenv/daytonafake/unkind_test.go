@@ -8,6 +8,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -433,5 +434,19 @@ func TestBulkFiles(t *testing.T) {
 	resp2.Body.Close()
 	if resp2.StatusCode != http.StatusNotImplemented || !strings.Contains(string(b), "not implemented") {
 		t.Fatalf("unimplemented endpoint: %d %s", resp2.StatusCode, b)
+	}
+}
+
+// TestRealisticTurnsEverySwitchOn: the realistic preset leaves no switch
+// off, so a switch added later is not forgotten there.
+func TestRealisticTurnsEverySwitchOn(t *testing.T) {
+	v := reflect.ValueOf(Realistic())
+	for i := 0; i < v.NumField(); i++ {
+		if v.Field(i).IsZero() {
+			t.Errorf("Realistic leaves %s off", v.Type().Field(i).Name)
+		}
+	}
+	if !Realistic().On() || (Unkind{}).On() {
+		t.Error("On does not tell the presets apart")
 	}
 }
