@@ -67,9 +67,8 @@ func BenchmarkBigOutput(b *testing.B) {
 		pace bool
 	}{{"paced", true}, {"unpaced", false}} {
 		b.Run(c.name, func(b *testing.B) {
-			old := paceOutput
-			paceOutput = c.pace
-			defer func() { paceOutput = old }()
+			old := unpaced.Swap(!c.pace)
+			defer unpaced.Store(old)
 			b.SetBytes(n)
 			for b.Loop() {
 				p, err := be.Start(context.Background(), backend.ProcSpec{Argv: []string{"head", "-c", strconv.Itoa(n), "/dev/zero"}})

@@ -126,9 +126,9 @@ func stage1(nonce string) string {
 		` "$?"; exec /bin/sh -c 'IFS= read -r l || exit 1; eval "$(printf %b "$l")"'` + "\n"
 }
 
-// paceOutput turns the pacing on; the benchmark turns it off to measure
-// what it costs.
-var paceOutput = true
+// unpaced turns the pacing off: the benchmark does, to measure what it
+// costs.
+var unpaced atomic.Bool
 
 // Pacing (see above): windows of paceRecords reads of at most paceBlock
 // bytes, paceWindows windows at most unacknowledged.
@@ -231,7 +231,7 @@ func stage2(spec backend.ProcSpec, nonce string) (string, error) {
 	// the pacer as it starts. Without dd or mkfifo the output is not paced.
 	b.WriteString("__berth_f=${TMPDIR:-/tmp}/.berth-c-" + nonce + "\n")
 	b.WriteString("__berth_p=cat\n")
-	if paceOutput {
+	if !unpaced.Load() {
 		b.WriteString("if command -v dd >/dev/null 2>&1 && mkfifo -m 600 \"$__berth_f\" 2>/dev/null && command exec 5<>\"$__berth_f\"; then __berth_p=__berth_pace; fi\n")
 	}
 	b.WriteString("if command -v setsid >/dev/null 2>&1; then set -- setsid \"$@\"; fi\n")
@@ -378,7 +378,7 @@ func openPTY(ctx context.Context, tb *toolbox.APIClient, hc *http.Client, log lo
 // session waiting for its program, would be lost with it. The daemon
 // answers with a pong, which the read loop takes in.
 func (p *ptyProc) pingLoop() {
-	t := time.NewTicker(pingInterval)
+	t := time.NewTicker(time.Duration(pingInterval.Load()))
 	defer t.Stop()
 	for {
 		select {
@@ -1104,5 +1104,9 @@ func (o *outBuf) close(err error) {
 	o.cond.Broadcast()
 }
 
-// pingInterval is how often berth pings an idle PTY websocket.
-var pingInterval = 20 * time.Second
+// pingInterval is how often berth pings a PTY websocket, in nanoseconds
+// (20 s; tests shorten it). It is atomic: a spare session prepared in the
+// background may start pinging while a test puts the value back.
+var pingInterval atomic.Int64
+
+func init() { pingInterval.Store(int64(20 * time.Second)) }

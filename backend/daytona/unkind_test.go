@@ -235,9 +235,8 @@ func TestNonRootUser(t *testing.T) {
 // while; berth pings them, so the shell (and a variable only it holds)
 // outlives a pause longer than the cut.
 func TestIdleConnectionsPinged(t *testing.T) {
-	old := pingInterval
-	pingInterval = 100 * time.Millisecond
-	t.Cleanup(func() { pingInterval = old })
+	old := pingInterval.Swap(int64(100 * time.Millisecond))
+	t.Cleanup(func() { pingInterval.Store(old) })
 	fake := daytonafake.StartUnkind(t, daytonafake.Unkind{IdleCut: 3 * time.Second}) // 30 pings: no hiccup under load reaches it
 	e := termEnv(t, newBackend(t, testOptions(t, fake, nil, nil)))
 	must(t, e, "only_in_this_shell=kept", "")
