@@ -1,8 +1,8 @@
 # berth — build and test.
 #
 #   make test   installs what the tests need (Debian: docker.io + a running
-#               dockerd, openssh-server, busybox-static), then runs gofmt,
-#               go vet and every test with the race detector.
+#               dockerd, openssh-server, busybox-static, nodejs + npm), then
+#               runs gofmt, go vet and every test with the race detector.
 
 GO ?= go
 
@@ -15,6 +15,7 @@ deps:
 	bash scripts/ensure-docker.sh
 	bash scripts/ensure-sshd.sh
 	bash scripts/ensure-apptainer-deps.sh
+	sh scripts/ensure-node.sh
 
 check:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -2,9 +2,12 @@ package daytona
 
 import (
 	"context"
+	"io"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/bench"
 	"github.com/a55dbaac/berth/internal/testenv/daytonafake"
 	"github.com/a55dbaac/berth/terminal"
@@ -48,6 +51,38 @@ func BenchmarkTrivialCommand(b *testing.B) {
 		}
 		reportP50(b, d)
 	})
+}
+
+// BenchmarkBigOutput measures what pacing the output (see pty.go) costs
+// against the same output passed on unpaced, in the same run, on the kind
+// fake over loopback: 8 MB through a process without TTY. It reports MB/s.
+//
+//	go test -run '^$' -bench BigOutput ./backend/daytona
+func BenchmarkBigOutput(b *testing.B) {
+	fake := daytonafake.Start(b)
+	be := newBackend(b, testOptions(b, fake, nil, nil))
+	const n = 8000000
+	for _, c := range []struct {
+		name string
+		pace bool
+	}{{"paced", true}, {"unpaced", false}} {
+		b.Run(c.name, func(b *testing.B) {
+			old := unpaced.Swap(!c.pace)
+			defer unpaced.Store(old)
+			b.SetBytes(n)
+			for b.Loop() {
+				p, err := be.Start(context.Background(), backend.ProcSpec{Argv: []string{"head", "-c", strconv.Itoa(n), "/dev/zero"}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				got, _ := io.Copy(io.Discard, p.Stdout())
+				if code, err := p.Wait(); got != n || code != 0 || err != nil {
+					b.Fatalf("%d bytes, exit %d, %v", got, code, err)
+				}
+				p.Close()
+			}
+		})
+	}
 }
 
 func reportP50(b *testing.B, d []time.Duration) {

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -33,7 +35,8 @@ const DefaultAPIURL = "https://app.daytona.io/api"
 
 // credentials are what the backend authenticates with.
 type credentials struct {
-	apiURL string
+	apiURL string // as configured: used for requests, never shown
+	shown  string // apiURL with any password replaced, for messages
 	key    string // the API key or the JWT
 	keyVar string // the variable key came from, for error messages
 	org    string // with a JWT only
@@ -68,9 +71,10 @@ func loadCredentials(getenv func(string) string) (credentials, error) {
 	if c.apiURL == "" {
 		c.apiURL = DefaultAPIURL
 	}
+	c.shown = redactURL(c.apiURL)
 	u, err := url.Parse(c.apiURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return c, fmt.Errorf("daytona: %s=%q is not an http(s) URL (Daytona's cloud is %s)", EnvAPIURL, c.apiURL, DefaultAPIURL)
+		return c, fmt.Errorf("daytona: %s=%q is not an http(s) URL (Daytona's cloud is %s)", EnvAPIURL, c.shown, DefaultAPIURL)
 	}
 	switch key, jwt, org := strings.TrimSpace(getenv(EnvAPIKey)), strings.TrimSpace(getenv(EnvJWT)), strings.TrimSpace(getenv(EnvOrg)); {
 	case key != "":
@@ -85,15 +89,53 @@ func loadCredentials(getenv func(string) string) (credentials, error) {
 	return c, nil
 }
 
-// httpClient is the transport of both API clients: no overall timeout
-// (uploads and websockets may last), bounded dials and handshakes.
-func httpClient() *http.Client {
+// userinfo matches the user and password part of a URL that url.Parse
+// may not accept.
+var userinfo = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@`)
+
+// redactURL returns raw with any password in it replaced by "xxxxx", as
+// url.URL.Redacted does, also when raw does not parse: error messages and
+// doctor's report show this, never raw (DAYTONA_API_URL may carry a
+// proxy's credentials).
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return userinfo.ReplaceAllString(raw, "${1}xxxxx@")
+}
+
+// httpClient is the client of both generated API clients and of uploads:
+// no overall timeout (uploads and websockets may last), bounded dials and
+// handshakes, and 429 and 5xx answers retried (see retry.go).
+func httpClient(log *slog.Logger) *http.Client {
+	rt := &retryTransport{base: baseTransport()}
+	if log != nil {
+		rt.log = log
+	}
+	return &http.Client{Transport: rt}
+}
+
+// baseTransport is httpClient's transport without the retries; the PTY
+// websocket dialer takes its dialer and TLS settings.
+func baseTransport() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	tr.TLSHandshakeTimeout = 10 * time.Second
 	tr.ResponseHeaderTimeout = 2 * time.Minute
 	tr.MaxIdleConnsPerHost = 16
-	return &http.Client{Transport: tr}
+	return tr
+}
+
+// transportOf returns the *http.Transport under hc's retries.
+func transportOf(hc *http.Client) *http.Transport {
+	switch tr := hc.Transport.(type) {
+	case *retryTransport:
+		t, _ := tr.base.(*http.Transport)
+		return t
+	case *http.Transport:
+		return tr
+	}
+	return nil
 }
 
 // headers are the default headers of every call.
@@ -148,16 +190,16 @@ func (c credentials) apiErr(err error, resp *http.Response, format string, args 
 	}
 	if status == 0 {
 		if isConnErr(err) {
-			return &backend.UnreachableError{Backend: Name, Target: c.apiURL, Err: err,
+			return &backend.UnreachableError{Backend: Name, Target: c.shown, Err: err,
 				Hint: "check " + EnvAPIURL + " and the network; Daytona's cloud is " + DefaultAPIURL}
 		}
 		return fmt.Errorf("daytona: %s: %w", what, err)
 	}
 	msg := errorMessage(err)
 	if status == http.StatusUnauthorized || status == http.StatusForbidden {
-		return &AuthError{Var: c.keyVar, URL: c.apiURL, Status: status, Msg: msg}
+		return &AuthError{Var: c.keyVar, URL: c.shown, Status: status, Msg: msg}
 	}
-	return &APIError{Op: what, Status: status, Msg: msg}
+	return &APIError{Op: what, Status: status, Msg: msg, GaveUp: gaveUp(resp)}
 }
 
 // APIError is an error answer of the Daytona API or toolbox.
@@ -165,10 +207,17 @@ type APIError struct {
 	Op     string // what berth was doing
 	Status int
 	Msg    string
+	// GaveUp, for an answer berth retries (429, 502, 503, 504), says why
+	// it stopped retrying (see retry.go).
+	GaveUp string
 }
 
 func (e *APIError) Error() string {
-	return fmt.Sprintf("daytona: %s: %d %s: %s", e.Op, e.Status, http.StatusText(e.Status), e.Msg)
+	what := http.StatusText(e.Status)
+	if e.Status == http.StatusTooManyRequests {
+		what += " (Daytona's rate limit)"
+	}
+	return fmt.Sprintf("daytona: %s: %d %s: %s%s", e.Op, e.Status, what, e.Msg, e.GaveUp)
 }
 
 // statusOf returns the HTTP status of an *APIError in err's chain, or 0.

@@ -17,10 +17,22 @@ import (
 // test, persistent sandboxes for the Persistence group, and the
 // daytona-only tests as the Internal group.
 func TestConformance(t *testing.T) {
-	fake := daytonafake.Start(t)
-	backendtest.Run(t, func(t testing.TB) backend.Backend {
-		return newBackend(t, testOptions(t, fake, nil, nil))
-	}, backendtest.Options{
+	conformance(t, daytonafake.Start(t), true)
+}
+
+// TestConformanceRealistic runs the suite again against the fake in its
+// realistic preset (daytonafake.Realistic: every way Daytona is hard on its
+// clients, with small random delays): slow-consumer drops behind a slow
+// link, close messages ahead of output, a lagging list, 429s and 5xx,
+// execute through the user's shell, a non-root user, random delays. The
+// Internal group runs against the kind fake only (its tests of the unkind
+// switches one by one are in unkind_test.go).
+func TestConformanceRealistic(t *testing.T) {
+	conformance(t, daytonafake.StartRealistic(t), false)
+}
+
+func conformance(t *testing.T, fake *daytonafake.Server, internal bool) {
+	opts := backendtest.Options{
 		Reopen: func(t testing.TB, key string) backend.Backend {
 			opts := testOptions(t, fake, func(c *config.Terminal) { c.ContainerPersistent = true }, nil)
 			opts.Key = key
@@ -31,13 +43,17 @@ func TestConformance(t *testing.T) {
 			})
 			return newBackend(t, opts)
 		},
-		KeptDir: "/root",
-		Internal: func(t *testing.T) {
+	}
+	if internal {
+		opts.Internal = func(t *testing.T) {
 			for _, c := range internalTests {
 				t.Run(c.name, func(t *testing.T) { c.fn(t, fake) })
 			}
-		},
-	})
+		}
+	}
+	backendtest.Run(t, func(t testing.TB) backend.Backend {
+		return newBackend(t, testOptions(t, fake, nil, nil))
+	}, opts)
 }
 
 // internalTests are the daytona backend's own tests, run inside the suite.

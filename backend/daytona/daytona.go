@@ -16,8 +16,10 @@
 // container_cpu cores, container_memory and container_disk rounded up to
 // whole GiB (the disk capped at Daytona's 10 GiB, with a warning), auto-stop
 // off while berth holds it, and no network when docker_network is false.
-// Processes start in /root, or in the configured cwd when that is a path
-// inside the sandbox.
+// Processes start in the home directory of the sandbox's user (asked of
+// the sandbox: Daytona runs the image's user, "daytona" in its own
+// snapshots), or in the configured cwd when that is a path inside the
+// sandbox.
 //
 // Owners: a berth that starts sweeps what crashed berths left running
 // (their owner process is gone): throwaway sandboxes are deleted,
@@ -41,8 +43,18 @@
 // toolbox call fails) wakes it — one state check after the failure, none
 // before each command — and the session restores its cwd and exported
 // variables in the new shell; environment_recreated is reported only when
-// the sandbox was gone and a new one had to be created. Without
-// container_persistent, Close deletes the sandbox.
+// the sandbox was gone and a new one had to be created. A sandbox in state
+// error that Daytona marks recoverable is recovered, its files kept, before
+// berth would replace it. Without container_persistent, Close deletes the
+// sandbox.
+//
+// Daytona as it is, not as a kind fake is: every call is retried on 429
+// (as long as Retry-After-<bucket> says) and on 502/503/504, within a
+// budget, and reported when given up (retry.go); output is paced end to
+// end so the daemon's 256-message queue never fills and drops berth as a
+// slow consumer, the shell does not exit before berth has all of its
+// output, and idle websockets are pinged (pty.go); berth env rm looks a
+// sandbox up by name too, since the list lags creation (manage.go).
 //
 // env_passthrough and docker_forward_env never go into the sandbox's
 // definition (its env or labels): SessionEnv hands them to the session,
@@ -62,6 +74,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -114,9 +127,10 @@ type Backend struct {
 
 // sandboxRef is the sandbox the backend currently uses.
 type sandboxRef struct {
-	id  string
-	gen int // bumped whenever the sandbox is woken or replaced
-	tb  *toolbox.APIClient
+	id      string
+	gen     int // bumped whenever the sandbox is woken or replaced
+	tb      *toolbox.APIClient
+	workdir string // where processes start unless told otherwise ("" = the daemon's choice)
 }
 
 // Interface checks.
@@ -151,7 +165,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	hc := httpClient()
+	hc := httpClient(log)
 	b := &Backend{
 		creds:      creds,
 		hc:         hc,
@@ -190,15 +204,29 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 }
 
 // adopt makes sb the backend's sandbox, turning auto-stop off if someone
-// turned it on: berth stops the sandbox itself when it lets go of it.
+// turned it on (berth stops the sandbox itself when it lets go of it), and
+// learns its user's home directory, where processes start by default.
 func (b *Backend) adopt(ctx context.Context, sb *apiclient.Sandbox) error {
 	if sb.GetAutoStopInterval() != 0 {
 		if _, resp, err := b.api.SandboxAPI.SetAutostopInterval(ctx, sb.Id, 0).Execute(); err != nil {
 			return b.creds.apiErr(err, resp, "turn auto-stop off for sandbox %s", sb.Name)
 		}
 	}
+	tb := b.creds.toolboxClient(b.hc, sb.ToolboxProxyUrl, sb.Id)
+	home := ""
+	res, resp, err := tb.InfoAPI.GetUserHomeDir(ctx).Execute()
+	switch {
+	case err != nil:
+		b.log.Warn("daytona: the sandbox did not say its user's home directory; processes start in the daemon's directory",
+			"sandbox", sb.Name, "err", toolboxErr(err, resp, "get the user's home directory"))
+	case !strings.HasPrefix(res.Dir, "/"):
+		b.log.Warn("daytona: the sandbox's home directory is not an absolute path; processes start in the daemon's directory",
+			"sandbox", sb.Name, "home", res.Dir)
+	default:
+		home = res.Dir
+	}
 	b.mu.Lock()
-	b.sandbox = sandboxRef{id: sb.Id, gen: b.sandbox.gen + 1, tb: b.creds.toolboxClient(b.hc, sb.ToolboxProxyUrl, sb.Id)}
+	b.sandbox = sandboxRef{id: sb.Id, gen: b.sandbox.gen + 1, tb: tb, workdir: sandboxDir(b.spec.Cwd, home)}
 	b.mu.Unlock()
 	return nil
 }
@@ -263,9 +291,6 @@ func (b *Backend) Start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 	if len(spec.Argv) == 0 {
 		return nil, errors.New("daytona: start: empty argv")
 	}
-	if spec.Dir == "" {
-		spec.Dir = b.spec.Workdir
-	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -273,6 +298,9 @@ func (b *Backend) Start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 	}
 	ref := b.sandbox
 	b.mu.Unlock()
+	if spec.Dir == "" {
+		spec.Dir = ref.workdir
+	}
 	if p := b.takeSpare(ctx, ref.gen); p != nil {
 		if err := p.launch(spec); err == nil {
 			b.refill()
@@ -372,7 +400,7 @@ func (b *Backend) refill() {
 
 func (b *Backend) startErr(spec backend.ProcSpec, err error) error {
 	if isConnErr(err) {
-		return &backend.UnreachableError{Backend: Name, Target: b.creds.apiURL, Err: err, Hint: "check " + EnvAPIURL + " and the network"}
+		return &backend.UnreachableError{Backend: Name, Target: b.creds.shown, Err: err, Hint: "check " + EnvAPIURL + " and the network"}
 	}
 	return fmt.Errorf("daytona: start %q in sandbox %s: %w", spec.Argv[0], b.spec.Name, err)
 }

@@ -2,7 +2,6 @@ package daytona
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,34 +19,33 @@ import (
 
 // finishScript turns an uploaded temporary file ($1) into the file $2:
 // exactly $3 bytes, mode $4 (octal) less the umask, and only if $2 does not
-// exist yet (a hard link cannot replace a file). On any failure the
-// temporary file is removed. It holds no single quote: it travels inside
-// one on the toolbox's execute call.
+// exist yet (a hard link cannot replace a file). It removes the temporary
+// file only once it is linked, so a run repeated after its answer was lost
+// (berth retries a 502) knows it was done: the temporary file is gone and
+// $2 has the size. On failure berth removes the temporary file.
 const finishScript = `t=$1
-s=$(($(wc -c <"$t"))) || { rm -f "$t"; exit 3; }
-if [ "$s" -ne "$3" ]; then rm -f "$t"; echo "wrote $s of $3 bytes" >&2; exit 4; fi
+if [ ! -e "$t" ]; then
+  if [ -f "$2" ] && [ "$(($(wc -c <"$2")))" -eq "$3" ]; then exit 0; fi
+  echo "the uploaded $t is gone" >&2; exit 7
+fi
+s=$(($(wc -c <"$t"))) || exit 3
+if [ "$s" -ne "$3" ]; then echo "wrote $s of $3 bytes" >&2; exit 4; fi
 m=$(printf %o $((0$4 & ~0$(umask))))
-chmod "$m" "$t" || { rm -f "$t"; exit 5; }
+chmod "$m" "$t" || exit 5
 if ln "$t" "$2" 2>/dev/null; then rm -f "$t"; exit 0; fi
-rm -f "$t"
 echo "$2 exists or cannot be created" >&2
 exit 6`
 
 // WriteFile implements backend.FileWriter through the toolbox's file API:
 // the bytes are uploaded to a temporary file beside name in one request,
 // and one execute call checks the size, sets the mode and links the file
-// into place (refusing to replace an existing one). A path the execute
-// call cannot carry (holding both kinds of quotes) is declined with
-// backend.ErrUnsupported.
+// into place (refusing to replace an existing one).
 func (b *Backend) WriteFile(ctx context.Context, name string, r io.Reader, size int64, perm os.FileMode) error {
 	if !path.IsAbs(name) {
 		return fmt.Errorf("daytona: write %s: not an absolute path", name)
 	}
 	tmp := path.Join(path.Dir(name), ".berth-up-"+randhex.String(8))
-	finish, ok := execLine([]string{"/bin/sh", "-c", finishScript, "berth-fw", tmp, name, strconv.FormatInt(size, 10), strconv.FormatUint(uint64(perm.Perm()), 8)})
-	if !ok {
-		return fmt.Errorf("daytona: write %s: %w (the path holds both kinds of quotes, which the toolbox's execute call cannot carry)", name, backend.ErrUnsupported)
-	}
+	finish := execLine([]string{"/bin/sh", "-c", finishScript, "berth-fw", tmp, name, strconv.FormatInt(size, 10), strconv.FormatUint(uint64(perm.Perm()), 8)})
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -71,17 +69,18 @@ func (b *Backend) WriteFile(ctx context.Context, name string, r io.Reader, size 
 			}
 		}
 	}
+	removeTmp := func() { b.execute(context.WithoutCancel(ctx), ref.tb, execLine([]string{"rm", "-f", tmp})) }
 	if err != nil {
-		if rm, ok := execLine([]string{"rm", "-f", tmp}); ok {
-			b.execute(context.WithoutCancel(ctx), ref.tb, rm)
-		}
+		removeTmp()
 		return fmt.Errorf("daytona: write %s: %w", name, err)
 	}
 	res, err := b.execute(ctx, ref.tb, finish)
 	if err != nil {
+		removeTmp()
 		return fmt.Errorf("daytona: write %s: %w", name, err)
 	}
 	if res.GetExitCode() != 0 {
+		removeTmp()
 		return fmt.Errorf("daytona: write %s: %s (exit %d)", name, strings.TrimSpace(res.Result), res.GetExitCode())
 	}
 	return nil
@@ -100,6 +99,9 @@ func (b *Backend) upload(ctx context.Context, tb *toolbox.APIClient, p string, r
 	if size == 0 {
 		req.Body = http.NoBody
 	}
+	if size > 0 {
+		replayable(req, r, size) // a 429 or 5xx is retried with the same bytes
+	}
 	for k, v := range cfg.DefaultHeader {
 		req.Header.Set(k, v)
 	}
@@ -107,7 +109,7 @@ func (b *Backend) upload(ctx context.Context, tb *toolbox.APIClient, p string, r
 	resp, err := b.hc.Do(req)
 	if err != nil {
 		if isConnErr(err) {
-			return &backend.UnreachableError{Backend: Name, Target: b.creds.apiURL, Err: err, Hint: "check " + EnvAPIURL + " and the network"}
+			return &backend.UnreachableError{Backend: Name, Target: b.creds.shown, Err: err, Hint: "check " + EnvAPIURL + " and the network"}
 		}
 		return fmt.Errorf("upload: %w", err)
 	}
@@ -118,7 +120,7 @@ func (b *Backend) upload(ctx context.Context, tb *toolbox.APIClient, p string, r
 		if msg == "" {
 			msg = strings.TrimSpace(string(body))
 		}
-		return &APIError{Op: "upload " + p, Status: resp.StatusCode, Msg: msg}
+		return &APIError{Op: "upload " + p, Status: resp.StatusCode, Msg: msg, GaveUp: gaveUp(resp)}
 	}
 	return nil
 }
@@ -128,33 +130,41 @@ func (b *Backend) execute(ctx context.Context, tb *toolbox.APIClient, line strin
 	res, resp, err := tb.ProcessAPI.ExecuteCommand(ctx).Request(*toolbox.NewExecuteRequest(line)).Execute()
 	if err != nil {
 		if resp == nil && isConnErr(err) {
-			return nil, &backend.UnreachableError{Backend: Name, Target: b.creds.apiURL, Err: err, Hint: "check " + EnvAPIURL + " and the network"}
+			return nil, &backend.UnreachableError{Backend: Name, Target: b.creds.shown, Err: err, Hint: "check " + EnvAPIURL + " and the network"}
 		}
 		return nil, toolboxErr(err, resp, "execute")
 	}
 	return res, nil
 }
 
-// execLine renders argv as a command line for the toolbox's execute call,
-// whose daemon splits it on spaces outside quotes and drops the quotes
-// (no escapes, no other shell syntax). Every argument is quoted with a
-// quote character it does not contain; ok is false when one holds both.
-func execLine(argv []string) (line string, ok bool) {
+// execDecoder runs its arguments as a command after decoding each: the
+// first byte is dropped (it keeps an empty argument from being empty) and
+// the rest is printf %b text. It holds no single quote.
+const execDecoder = `for a do shift; b=$(printf %bx "${a#_}"); set -- "$@" "${b%x}"; done; exec "$@"`
+
+// execLine renders argv as a command line for the toolbox's execute call
+// that means the same to every daemon Daytona has shipped: the current one
+// pipes the line into the user's shell (zsh, bash or sh; execute.go), older
+// ones split it on spaces outside quotes and drop the quotes, with no
+// escapes and no other syntax. The line is /bin/sh running execDecoder on
+// argv, each word in single quotes and holding no quote, backslash,
+// control or non-ASCII byte: those travel as printf %b escapes. Both
+// readings give the decoder the same words, and nothing in them expands.
+func execLine(argv []string) string {
 	var b strings.Builder
-	for i, a := range argv {
-		if i > 0 {
-			b.WriteByte(' ')
+	b.WriteString("/bin/sh -c '" + execDecoder + "' berth-exec")
+	for _, a := range argv {
+		b.WriteString(" '_")
+		for _, c := range []byte(a) {
+			if c < 0x20 || c >= 0x7f || c == '\'' || c == '\\' {
+				b.Write([]byte{'\\', '0', '0' + c>>6, '0' + (c>>3)&7, '0' + c&7})
+				continue
+			}
+			b.WriteByte(c)
 		}
-		switch {
-		case !strings.Contains(a, "'"):
-			b.WriteString("'" + a + "'")
-		case !strings.Contains(a, `"`):
-			b.WriteString(`"` + a + `"`)
-		default:
-			return "", false
-		}
+		b.WriteByte('\'')
 	}
-	return b.String(), true
+	return b.String()
 }
 
 // RunOneShot implements backend.OneShotRunner the way the reference system
@@ -178,11 +188,7 @@ func (b *Backend) RunOneShot(ctx context.Context, command string) (int, error) {
 		ref = b.sandbox
 		b.mu.Unlock()
 	}
-	line, ok := execLine([]string{"sh", "-c", command})
-	if !ok {
-		return -1, errors.New("daytona: the command holds both kinds of quotes, which the toolbox's execute call cannot carry")
-	}
-	res, err := b.execute(ctx, ref.tb, line)
+	res, err := b.execute(ctx, ref.tb, execLine([]string{"sh", "-c", command}))
 	if err != nil {
 		return -1, err
 	}

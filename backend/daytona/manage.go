@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -25,7 +26,7 @@ func newAdmin(opts backend.Options) (*admin, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &admin{creds: creds, api: creds.apiClient(httpClient())}, nil
+	return &admin{creds: creds, api: creds.apiClient(httpClient(opts.Logger))}, nil
 }
 
 // berthSandboxes lists the sandboxes berth created (label berth=1),
@@ -92,6 +93,10 @@ func (envAdmin) List(ctx context.Context, opts backend.Options) ([]backend.EnvIn
 }
 
 // Remove deletes key's sandbox; a key without one is not an error.
+// Daytona's list is eventually consistent (it is served from a search
+// index), so a sandbox created moments ago may be missing from it: the
+// sandbox is also looked up by its name, berth-<key>, which is read from
+// the database at once.
 func (envAdmin) Remove(ctx context.Context, opts backend.Options, key string) error {
 	a, err := newAdmin(opts)
 	if err != nil {
@@ -101,8 +106,23 @@ func (envAdmin) Remove(ctx context.Context, opts backend.Options, key string) er
 	if err != nil {
 		return err
 	}
+	ids := map[string]bool{}
 	for _, it := range items {
-		if err := a.remove(ctx, it.Id); err != nil {
+		ids[it.Id] = true
+	}
+	name := sandboxName(key)
+	sb, resp, err := a.api.SandboxAPI.GetSandbox(ctx, name).Execute()
+	switch {
+	case err == nil:
+		if sb.Labels[LabelBerth] == "1" && sb.Labels[LabelKey] == key {
+			ids[sb.Id] = true
+		}
+	case resp != nil && resp.StatusCode == http.StatusNotFound:
+	default:
+		return a.creds.apiErr(err, resp, "get sandbox %s", name)
+	}
+	for id := range ids {
+		if err := a.remove(ctx, id); err != nil {
 			return err
 		}
 	}
@@ -207,14 +227,14 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 	res, resp, err := a.api.SandboxAPI.ListSandboxes(ctx).Labels(string(lj)).Limit(1).Execute()
 	if err != nil {
 		err = a.creds.apiErr(err, resp, "list sandboxes")
-		fix := "check that " + a.creds.apiURL + " is Daytona's API (" + EnvAPIURL + ") and reachable"
+		fix := "check that " + a.creds.shown + " is Daytona's API (" + EnvAPIURL + ") and reachable"
 		var ae *AuthError
 		if errors.As(err, &ae) {
 			fix = "check " + ae.Var + ": the API rejected it"
 		}
-		return backend.Fingerprint{Summary: "Daytona API at " + a.creds.apiURL + " did not accept the call", Details: []string{err.Error()}, Fix: fix}
+		return backend.Fingerprint{Summary: "Daytona API at " + a.creds.shown + " did not accept the call", Details: []string{err.Error()}, Fix: fix}
 	}
-	fp := backend.Fingerprint{Usable: true, Summary: fmt.Sprintf("Daytona API at %s accepts %s", a.creds.apiURL, a.creds.keyVar)}
+	fp := backend.Fingerprint{Usable: true, Summary: fmt.Sprintf("Daytona API at %s accepts %s", a.creds.shown, a.creds.keyVar)}
 	if a.creds.target != "" {
 		fp.Details = append(fp.Details, "target (region): "+a.creds.target)
 	}

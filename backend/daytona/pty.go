@@ -39,23 +39,50 @@ import (
 //     unchanged both ways.
 //  3. That program runs the argv. Without TTY: stdin is a pipe fed by a
 //     small decoder reading the terminal (so stdin can have an end, which a
-//     raw terminal cannot signal), stdout and stderr are one pipe copied to
-//     the terminal by cat, and the argv runs under setsid, in its own
-//     session without a controlling terminal, like a `docker exec` process.
-//     With TTY: the terminal is set back to sane and the argv runs on it.
-//     Either way the exit status follows the output in-band, as a frame
-//     "\x1eBERTHX<nonce>:<status>\x00" (the status sh reports: 128+N for
-//     a signal), so Wait learns it in order with the output and before the
-//     session closes — Daytona's daemon closes its websockets as soon as
-//     the shell exits, possibly before the last output was sent. Without
-//     TTY the shell then waits for berth's acknowledgement line ("a") and
-//     only exits once berth has seen the frame, so the daemon's close can
-//     no longer cut the end of the output.
+//     raw terminal cannot signal), stdout and stderr are one pipe passed to
+//     the terminal by a pacer (below), and the argv runs under setsid, in
+//     its own session without a controlling terminal, like a `docker exec`
+//     process. With TTY: the terminal is set back to sane and the argv runs
+//     on it. Either way the exit status follows the output in-band, as a
+//     frame "\x1eBERTHX<nonce>:<status>\x00" (the status sh reports:
+//     128+N for a signal), so Wait learns it in order with the output and
+//     before the session closes.
+//
+// Daytona's daemon closes a session's websockets the moment its shell
+// exits, writing the close message straight onto the connection ahead of
+// output still queued for it (pty/session.go, closeClientsWithExitCode),
+// so the shell never exits before berth has seen all of the output: it
+// waits for berth's acknowledgement line "a", sent when the end of the
+// output arrived (without TTY: the pacer's end marker
+// "\x1eBERTHE<nonce>\x00"; with TTY: the exit frame; a TTY shell whose
+// berth went away gives up after 5 s).
+//
+// The daemon also drops a client whose queue of 256 messages (one per read
+// of the terminal, at most 4 KiB each) is full, at once, as a slow
+// consumer: over a network slower than the program's output that is a
+// matter of a second. So without TTY the output is paced end to end: the
+// pacer passes it on in windows of paceRecords writes of at most
+// paceBlock bytes (one dd each), prints a window marker
+// "\x1eBERTHW<nonce>\x00" after each, and starts a window only once berth
+// has acknowledged all but the last paceWindows-1 of them (a credit line
+// "c" per window, which the decoder hands the pacer through a private
+// FIFO). So at most paceWindows windows — 24 writes, 384 KiB — are ever
+// between the pacer and berth. Linux hands a write of 16 KiB to a
+// terminal's reader in at most 10 pieces (tty buffers of 1792 bytes), so
+// that is at most 240 of the daemon's messages, and about 100 as they
+// usually come (4 KiB a read): the queue cannot fill, however slow the
+// link. Throughput is then at most 384 KiB per round trip between berth
+// and the sandbox (about 4 MB/s at 100 ms). An image without dd or mkfifo
+// gets cat instead (unpaced, as before). A TTY process writes to the
+// terminal itself and cannot be paced.
 //
 // Stdin travels to the decoder as lines "d<bytes as printf %b escapes>\n";
-// "e\n" ends it (EOF). The decoder reads the terminal a byte at a time (the
-// shell's read builtin), which is what lets it stop exactly at the end; a
-// command line costs microseconds, bulk stdin about a second per few MB.
+// "e\n" ends it (EOF), "c\n" is a credit, "a\n" the acknowledgement, and
+// "x\n" says berth let go before the end of the output (the pacer then
+// passes the rest on unpaced: nobody is there to acknowledge it). The
+// decoder reads the terminal a byte at a time (the shell's read builtin),
+// which is what lets it stop exactly at the end; a command line costs
+// microseconds, bulk stdin about a second per few MB.
 
 // ptyCols and ptyRows are the terminal size of every PTY session.
 const (
@@ -99,15 +126,68 @@ func stage1(nonce string) string {
 		` "$?"; exec /bin/sh -c 'IFS= read -r l || exit 1; eval "$(printf %b "$l")"'` + "\n"
 }
 
+// unpaced turns the pacing off: the benchmark does, to measure what it
+// costs.
+var unpaced atomic.Bool
+
+// Pacing (see above): windows of paceRecords reads of at most paceBlock
+// bytes, paceWindows windows at most unacknowledged.
+const (
+	paceBlock   = 16 << 10
+	paceRecords = 8
+	paceWindows = 3
+)
+
 // decoderFunc turns the input lines back into bytes for the process's
-// stdin pipe; it returns at "e" or any other line it does not know.
+// stdin pipe: "d" lines are data, "e" closes the pipe, "c" (a credit) goes
+// to the pacer through the FIFO on fd 5, "x" (berth let go of the process
+// before the end of its output) tells the pacer to stop pacing ("u": with
+// nobody reading, nothing the process or a child it left behind prints is
+// held back), and "a" (or anything else) ends it. It outlives the end of
+// stdin and the program, and writing to a program that stopped reading
+// does not kill it: the credits must still reach the pacer.
 const decoderFunc = `__berth_dec() {
+  trap '' PIPE
   while IFS= read -r __berth_l; do
     case $__berth_l in
-      d*) printf '%b' "${__berth_l#d}" || return 0 ;;
+      d*) printf '%b' "${__berth_l#d}" 2>/dev/null ;;
+      c) printf 'c\n' >&5 2>/dev/null ;;
+      e) exec >&- ;;
+      x) printf 'u\n' >&5 2>/dev/null; return 0 ;;
       *) return 0 ;;
     esac
   done
+}
+`
+
+// pacerFunc passes its stdin to the terminal in windows (see above): dd
+// copies paceRecords reads of at most paceBlock bytes as they come (its
+// count is the last "N+M" before "records in": GNU dd may warn of partial
+// reads first), a window marker follows, and from window paceWindows on
+// the pacer waits for the credit of the window paceWindows-1 before.
+// Fewer records than asked for means the end of the input (or a failing
+// dd): the end marker follows and the pacer returns. A "u" among the
+// credits (berth let go) turns it into cat. It unlinks the credits' FIFO
+// first: the decoder and it hold it open. It is written once the nonce is
+// known.
+const pacerFunc = `__berth_pace() {
+  rm -f "$__berth_f"
+  exec 4>&1
+  __berth_k=0
+  while :; do
+    __berth_r=$(LC_ALL=C dd bs=%[1]d count=%[2]d 2>&1 >&4 4>&- 5>&-)
+    __berth_r=${__berth_r%%%% records in*}
+    __berth_r=${__berth_r##*[!0-9+]}
+    case $__berth_r in
+      [0-9]*+[0-9]*) ;;
+      *) break ;;
+    esac
+    [ $((${__berth_r%%+*} + ${__berth_r#*+})) -ge %[2]d ] || break
+    __berth_k=$((__berth_k + 1))
+    printf '\036BERTHW%%s\000' %[3]s
+    [ "$__berth_k" -lt %[4]d ] || { IFS= read -r __berth_c <&5 && [ "$__berth_c" = c ]; } || { cat; break; }
+  done
+  printf '\036BERTHE%%s\000' %[3]s
 }
 `
 
@@ -133,25 +213,35 @@ func stage2(spec backend.ProcSpec, nonce string) (string, error) {
 	frame := `printf '\036BERTHX%s:%d\000' ` + nonce
 	if spec.TTY {
 		// The shell's own messages ("Terminated" for a killed command) go
-		// to /dev/null; the command keeps the terminal as its stderr.
-		b.WriteString("stty sane 2>/dev/null\nexec 3>&2 2>/dev/null\n(exec \"$@\" 2>&3 3>&-)\n__berth_s=$?\n" + frame + " \"$__berth_s\"\nexit \"$__berth_s\"\n")
+		// to /dev/null; the command keeps the terminal as its stderr. Then
+		// the shell waits for berth's acknowledgement of the exit frame,
+		// at most 5 s (VTIME) should berth be gone.
+		b.WriteString("stty sane 2>/dev/null\nexec 3>&2 2>/dev/null\n(exec \"$@\" 2>&3 3>&-)\n__berth_s=$?\n")
+		b.WriteString("stty raw -echo min 0 time 50 2>/dev/null\n" + frame + " \"$__berth_s\"\nIFS= read -r __berth_a\nexit \"$__berth_s\"\n")
 		return b.String(), nil
 	}
 	// XON/XOFF from berth stop and start the output (see outBufMax); the
 	// input lines never hold those bytes raw.
 	b.WriteString("stty ixon -ixany 2>/dev/null\n")
 	b.WriteString(decoderFunc)
+	fmt.Fprintf(&b, pacerFunc, paceBlock, paceRecords, nonce, paceWindows)
+	// The credits' FIFO, opened read-write by this shell (so that no open
+	// waits for the other end, and what the decoder writes stays until
+	// the pacer reads it) for the decoder and the pacer, and unlinked by
+	// the pacer as it starts. Without dd or mkfifo the output is not paced.
+	b.WriteString("__berth_f=${TMPDIR:-/tmp}/.berth-c-" + nonce + "\n")
+	b.WriteString("__berth_p=cat\n")
+	if !unpaced.Load() {
+		b.WriteString("if command -v dd >/dev/null 2>&1 && mkfifo -m 600 \"$__berth_f\" 2>/dev/null && command exec 5<>\"$__berth_f\"; then __berth_p=__berth_pace; fi\n")
+	}
 	b.WriteString("if command -v setsid >/dev/null 2>&1; then set -- setsid \"$@\"; fi\n")
 	// The command runs in a subshell it replaces, its stderr joined to
-	// stdout there; the waiting shell's own messages ("Terminated" for a
-	// killed command, which ash writes to the fd 2 in force while it
-	// waits) go to /dev/null, out of the output.
-	b.WriteString("__berth_dec | { (exec \"$@\" 2>&1); " + frame + " \"$?\"; } 2>/dev/null | cat\n")
-	// The shell stays until berth has seen the exit frame and says so (the
-	// acknowledgement line): Daytona's daemon closes the websocket as soon
-	// as the shell exits, and what the terminal had not passed on by then
-	// — the end of a fast command's output — would be lost.
-	b.WriteString("IFS= read -r __berth_a\n")
+	// stdout there, without the FIFO; the waiting shell's own messages
+	// ("Terminated" for a killed command, which ash writes to the fd 2 in
+	// force while it waits) go to /dev/null, out of the output. The shell
+	// ends when the decoder does: at berth's acknowledgement of the end
+	// of the output.
+	b.WriteString("__berth_dec | { (exec \"$@\" 2>&1 5>&-); " + frame + " \"$?\"; } 2>/dev/null | { $__berth_p; [ $__berth_p = cat ] && printf '\\036BERTHE%s\\000' " + nonce + "; } 2>/dev/null\n")
 	return b.String(), nil
 }
 
@@ -187,11 +277,14 @@ type ptyProc struct {
 	tty     atomic.Bool // set by launch
 	nonce   string
 	frame   []byte // "\x1eBERTHX<nonce>:"
+	window  []byte // "\x1eBERTHW<nonce>\x00", the pacer's window marker
+	end     []byte // "\x1eBERTHE<nonce>\x00", the end of the output
 	log     logger
 
 	wmu      sync.Mutex // serialises writes to ws
 	inClosed bool       // stdin's end was sent (guarded by wmu)
 	acked    bool       // the acknowledgement line was sent (guarded by wmu)
+	xoffSent bool       // the terminal's output is stopped (guarded by wmu)
 
 	out  *outBuf
 	omu  sync.Mutex    // orders writes to out from the reader and its hold timer
@@ -203,8 +296,12 @@ type ptyProc struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 
-	flowc chan struct{} // wakes flowLoop: the wanted flow state changed
+	flowc chan struct{} // wakes flowLoop: the wanted flow state changed, or credits are owed
 	pause atomic.Bool   // the wanted state: output stopped (XOFF)
+	owed  atomic.Int32  // credits for windows received, not sent yet
+	ended atomic.Bool   // the pacer's end marker came: all output is here
+
+	readDone chan struct{} // closed when readLoop returns
 }
 
 // logger is the part of slog.Logger the process uses.
@@ -251,29 +348,50 @@ func openPTY(ctx context.Context, tb *toolbox.APIClient, hc *http.Client, log lo
 	}
 	d := websocket.Dialer{HandshakeTimeout: 30 * time.Second, Proxy: http.ProxyFromEnvironment,
 		ReadBufferSize: 32 << 10, WriteBufferSize: 32 << 10}
-	if tr, ok := hc.Transport.(*http.Transport); ok {
+	if tr := transportOf(hc); tr != nil {
 		d.NetDialContext = tr.DialContext
 		d.TLSClientConfig = tr.TLSClientConfig
 	}
-	ws, resp, err := d.DialContext(ctx, wsURL, hdr)
+	ws, err := dialRetrying(ctx, &d, wsURL, hdr, "connect to PTY session "+id)
 	if err != nil {
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		return nil, &APIError{Op: "connect to PTY session " + id, Status: status, Msg: err.Error()}
+		return nil, err
 	}
 	p := &ptyProc{
 		ws: ws, session: id, nonce: nonce, frame: []byte("\x1eBERTHX" + nonce + ":"), log: log,
+		window: []byte("\x1eBERTHW" + nonce + "\x00"), end: []byte("\x1eBERTHE" + nonce + "\x00"),
 		out: newOutBuf(outBufMax), done: make(chan struct{}), closed: make(chan struct{}),
-		flowc: make(chan struct{}, 1),
+		flowc: make(chan struct{}, 1), readDone: make(chan struct{}),
 	}
 	if err := p.handshake(ctx, nonce); err != nil {
 		ws.Close()
 		return nil, err
 	}
 	go p.readLoop()
+	go p.pingLoop()
 	return p, nil
+}
+
+// pingLoop pings the websocket every pingInterval while it is open. No
+// part of Daytona pings (not the daemon, the proxy or the SDKs), and a
+// load balancer in front of the proxy cuts connections idle for about a
+// minute: the persistent shell waiting for the next command, or the spare
+// session waiting for its program, would be lost with it. The daemon
+// answers with a pong, which the read loop takes in.
+func (p *ptyProc) pingLoop() {
+	t := time.NewTicker(time.Duration(pingInterval.Load()))
+	defer t.Stop()
+	for {
+		select {
+		case <-p.closed:
+			return
+		case <-p.readDone:
+			return
+		case <-t.C:
+			if err := p.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(10*time.Second)); err != nil {
+				return
+			}
+		}
+	}
 }
 
 // launch sends the program that runs spec (step 3). It fails when the
@@ -326,7 +444,7 @@ func toolboxErr(err error, resp *http.Response, op string) error {
 	if resp != nil {
 		status = resp.StatusCode
 	}
-	return &APIError{Op: op, Status: status, Msg: errorMessage(err)}
+	return &APIError{Op: op, Status: status, Msg: errorMessage(err), GaveUp: gaveUp(resp)}
 }
 
 // handshake waits for the connection, types stage1 and waits for the
@@ -406,14 +524,50 @@ func tail(b []byte) string {
 	return string(b)
 }
 
-// readLoop moves the session's output into the output buffer, finds the
-// exit frame, and ends the output when the connection ends (or
-// backend.WaitDelay after the exit, when a descendant keeps the output
-// open).
+// readLoop moves the session's output into the output buffer, takes out
+// the pacer's markers (owing a credit for each window, acknowledging the
+// end of the output), finds the exit frame, and ends the output when the
+// connection ends, at the end marker after the exit frame, or
+// backend.WaitDelay after the exit when a descendant keeps the output
+// open.
 func (p *ptyProc) readLoop() {
+	defer close(p.readDone)
+	ms := &markerStripper{markers: [][]byte{p.window, p.end}}
 	fm := &frameMatcher{marker: p.frame}
 	var closeCode *int
 	var flush *time.Timer
+	// deliver passes output with the markers already taken out on to the
+	// exit frame matcher and the buffer; false means the buffer closed.
+	// omu held.
+	deliver := func(b []byte) bool {
+		if len(b) == 0 {
+			return true
+		}
+		if p.exited() {
+			return p.out.write(b)
+		}
+		before, code, found, after := fm.feed(b)
+		if len(before) > 0 && !p.out.write(before) {
+			return false
+		}
+		if found {
+			p.exitedWith(code)
+			return len(after) == 0 || p.out.write(after)
+		}
+		return true
+	}
+	marker := func(m int) {
+		if m == 0 {
+			p.owed.Add(1)
+			p.wakeFlow()
+			return
+		}
+		p.ended.Store(true)
+		go p.sendAck() // never block the reader on a stuck writer
+		if p.exited() {
+			p.out.close(io.EOF)
+		}
+	}
 	for {
 		typ, msg, err := p.ws.ReadMessage()
 		if err != nil {
@@ -421,6 +575,9 @@ func (p *ptyProc) readLoop() {
 				flush.Stop()
 			}
 			p.omu.Lock()
+			if held := ms.release(); len(held) > 0 {
+				deliver(held)
+			}
 			if held := fm.release(); len(held) > 0 && !p.exited() {
 				p.out.write(held)
 			}
@@ -442,37 +599,29 @@ func (p *ptyProc) readLoop() {
 			}
 			fallthrough
 		case websocket.BinaryMessage:
-			if p.exited() {
-				if !p.out.write(msg) {
-					return
-				}
-				continue
+			if p.ended.Load() {
+				continue // nothing follows the end of the output
 			}
 			if flush != nil {
 				flush.Stop()
 			}
 			// omu keeps the order of this write and the hold timer's.
 			p.omu.Lock()
-			before, code, found, after := fm.feed(msg)
-			ok := len(before) == 0 || p.out.write(before)
+			ok := ms.feed(msg, deliver, marker)
 			p.omu.Unlock()
 			if !ok {
 				return
 			}
-			if found {
-				p.exitedWith(code)
-				if len(after) > 0 && !p.out.write(after) {
-					return
-				}
-				continue
-			}
-			if fm.holding() {
-				// Bytes that may start the exit frame wait for the next
-				// message; if none comes soon they were output after all
-				// (printf writes the frame at once).
+			if ms.holding() || fm.holding() {
+				// Bytes that may start a marker or the exit frame wait for
+				// the next message; if none comes soon they were output
+				// after all (printf writes a marker at once).
 				flush = time.AfterFunc(frameHold, func() {
 					p.omu.Lock()
 					defer p.omu.Unlock()
+					if held := ms.release(); len(held) > 0 {
+						deliver(held)
+					}
 					if held := fm.release(); len(held) > 0 {
 						p.out.write(held)
 					}
@@ -496,12 +645,13 @@ func (p *ptyProc) exited() bool {
 	}
 }
 
-// exitedWith records the in-band exit status, lets the session's program
-// finish (the decoder waits for its end line) and bounds what output may
-// still come.
+// exitedWith records the in-band exit status and bounds what output may
+// still come. A TTY process's shell, waiting for berth's acknowledgement
+// of the exit frame, gets it now; without TTY the acknowledgement waits
+// for the pacer's end marker.
 func (p *ptyProc) exitedWith(code int) {
 	p.finish(code, nil)
-	if !p.tty.Load() {
+	if p.tty.Load() {
 		go p.sendAck() // never block the reader on a stuck writer
 	}
 	time.AfterFunc(backend.WaitDelay, func() {
@@ -593,10 +743,12 @@ func (p *ptyProc) Close() error {
 	return nil
 }
 
-// sendAck tells the waiting shell of a process without TTY that its exit
-// frame arrived (or that nobody waits for it any more), so it may exit:
-// stdin's end line first when it was not sent (it ends the decoder), then
-// the acknowledgement line the shell reads after the command.
+// sendAck tells the waiting shell that berth has all of the output (or
+// that nobody waits for it any more), so it may exit: without TTY the
+// decoder ends at the line "a" (closing stdin, if it was not closed), or
+// at "x" when berth lets go before the end of the output, which also ends
+// the pacing of what still comes; with TTY the shell reads it after the
+// exit frame.
 func (p *ptyProc) sendAck() error {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
@@ -605,9 +757,17 @@ func (p *ptyProc) sendAck() error {
 	}
 	p.acked = true
 	msg := []byte("a\n")
-	if !p.inClosed {
+	if !p.tty.Load() {
 		p.inClosed = true
-		msg = []byte("e\na\n")
+		if !p.ended.Load() {
+			msg = []byte("x\n")
+		}
+	}
+	if p.xoffSent {
+		// berth stopped the output for its reader, which is gone now:
+		// what still comes is not held back.
+		msg = append([]byte{xon}, msg...)
+		p.xoffSent = false
 	}
 	p.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	defer p.ws.SetWriteDeadline(time.Time{})
@@ -636,13 +796,20 @@ func (p *ptyProc) sendEnd() error {
 // flowLoop. It never blocks.
 func (p *ptyProc) requestFlow(pause bool) {
 	p.pause.Store(pause)
+	p.wakeFlow()
+}
+
+// wakeFlow wakes flowLoop. It never blocks.
+func (p *ptyProc) wakeFlow() {
 	select {
 	case p.flowc <- struct{}{}:
 	default:
 	}
 }
 
-// flowLoop sends XOFF and XON as the output buffer asks for them.
+// flowLoop sends the credits owed for the pacer's windows, and XOFF and
+// XON as the output buffer asks for them: the credits bound what is on
+// its way to berth, XOFF what berth holds that its reader has not taken.
 func (p *ptyProc) flowLoop() {
 	stopped := false
 	for {
@@ -651,21 +818,33 @@ func (p *ptyProc) flowLoop() {
 		case <-p.closed:
 			return
 		}
-		want := p.pause.Load()
-		if want == stopped {
+		var msg []byte
+		for n := p.owed.Swap(0); n > 0; n-- {
+			msg = append(msg, 'c', '\n')
+		}
+		if want := p.pause.Load(); want != stopped {
+			c := byte(xon)
+			if want {
+				c = xoff
+			}
+			msg = append(msg, c)
+			stopped = want
+		}
+		if len(msg) == 0 {
 			continue
 		}
-		c := byte(xon)
-		if want {
-			c = xoff
-		}
 		p.wmu.Lock()
-		err := p.ws.WriteMessage(websocket.BinaryMessage, []byte{c})
+		var err error
+		if !p.acked { // after the acknowledgement nobody reads credits
+			err = p.ws.WriteMessage(websocket.BinaryMessage, msg)
+			if err == nil {
+				p.xoffSent = stopped
+			}
+		}
 		p.wmu.Unlock()
 		if err != nil {
 			return
 		}
-		stopped = want
 	}
 }
 
@@ -710,6 +889,67 @@ func (s ptyStdin) Close() error {
 		return fmt.Errorf("daytona: close stdin of PTY session %s: %w", s.p.session, err)
 	}
 	return nil
+}
+
+// markerStripper takes the pacer's markers (fixed strings) out of a
+// stream, holding back at most the bytes that could start one. The pacer
+// prints them between writes of the program's output, so they are never
+// inside one another, but one may split an exit frame: markers are taken
+// out first, and the frame is looked for in what remains. It is used by
+// the reader and its hold timer under ptyProc.omu.
+type markerStripper struct {
+	markers [][]byte
+	held    []byte
+}
+
+// holding reports whether bytes are held back.
+func (m *markerStripper) holding() bool { return len(m.held) > 0 }
+
+// release gives up the held-back bytes as output.
+func (m *markerStripper) release() []byte {
+	h := m.held
+	m.held = nil
+	return h
+}
+
+// feed consumes a chunk: output goes to data in order, each marker found
+// to marker (its index in markers) at its place. It returns false as soon
+// as data does.
+func (m *markerStripper) feed(chunk []byte, data func([]byte) bool, marker func(int)) bool {
+	buf := chunk
+	if len(m.held) > 0 {
+		buf = append(m.held, chunk...)
+		m.held = nil
+	}
+	for {
+		at, which := -1, -1
+		for i, mk := range m.markers {
+			if j := bytes.Index(buf, mk); j >= 0 && (at < 0 || j < at) {
+				at, which = j, i
+			}
+		}
+		if at < 0 {
+			break
+		}
+		if !data(buf[:at]) {
+			return false
+		}
+		marker(which)
+		buf = buf[at+len(m.markers[which]):]
+	}
+	keep := 0
+	for _, mk := range m.markers {
+		for k := min(len(mk)-1, len(buf)); k > keep; k-- {
+			if bytes.HasPrefix(mk, buf[len(buf)-k:]) {
+				keep = k
+				break
+			}
+		}
+	}
+	if keep > 0 {
+		m.held = append([]byte(nil), buf[len(buf)-keep:]...)
+	}
+	return data(buf[:len(buf)-keep])
 }
 
 // frameMatcher finds the exit frame in a stream, holding back at most the
@@ -863,3 +1103,10 @@ func (o *outBuf) close(err error) {
 	}
 	o.cond.Broadcast()
 }
+
+// pingInterval is how often berth pings a PTY websocket, in nanoseconds
+// (20 s; tests shorten it). It is atomic: a spare session prepared in the
+// background may start pinging while a test puts the value back.
+var pingInterval atomic.Int64
+
+func init() { pingInterval.Store(int64(20 * time.Second)) }

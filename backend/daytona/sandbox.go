@@ -94,14 +94,15 @@ func (b *Backend) waitState(ctx context.Context, id string, want ...apiclient.Sa
 
 // ensure finds the environment's sandbox by name and brings it to started:
 // a stopped or archived one is started (its filesystem kept), one still
-// settling is waited for, a failed or vanished one is replaced by a new
-// sandbox. An existing sandbox is claimed (see claim) before it is started
-// or used. created reports that the sandbox is new, i.e. any earlier
-// filesystem is lost.
+// settling is waited for, one in state error that Daytona marks
+// recoverable is recovered (its filesystem kept), any other failed or
+// vanished one is replaced by a new sandbox. An existing sandbox is
+// claimed (see claim) before it is started or used. created reports that
+// the sandbox is new, i.e. any earlier filesystem is lost.
 func (b *Backend) ensure(ctx context.Context) (sb *apiclient.Sandbox, created bool, err error) {
 	sp := b.spec
-	replaced, claimed := false, false
-	for attempt := 0; attempt < 5; attempt++ {
+	replaced, claimed, recovered := false, false, false
+	for attempt := 0; attempt < 6; attempt++ {
 		sb, err = b.get(ctx, sp.Name)
 		switch {
 		case errors.Is(err, errGone):
@@ -148,8 +149,23 @@ func (b *Backend) ensure(ctx context.Context) (sb *apiclient.Sandbox, created bo
 			if _, err := b.waitState(ctx, sb.Id); err != nil && !errors.Is(err, errGone) && !errors.Is(err, errFailed) {
 				return nil, false, err
 			}
+		case st == apiclient.SANDBOXSTATE_ERROR && sb.GetRecoverable() && !recovered:
+			// A runner fault Daytona can undo: recover keeps the files
+			// that deleting would throw away.
+			recovered = true
+			b.log.Warn("daytona: the sandbox is in state error but recoverable; recovering it (its files are kept)", "sandbox", sp.Name, "reason", sb.GetErrorReason())
+			if _, resp, err := b.api.SandboxAPI.RecoverSandbox(ctx, sb.Id).Execute(); err != nil {
+				if resp == nil || resp.StatusCode != http.StatusBadRequest {
+					return nil, false, b.creds.apiErr(err, resp, "recover sandbox %s", sp.Name)
+				}
+				b.log.Warn("daytona: Daytona refused to recover the sandbox", "sandbox", sp.Name, "err", b.creds.apiErr(err, resp, "recover"))
+				continue
+			}
+			if _, err := b.waitState(ctx, sb.Id, apiclient.SANDBOXSTATE_STARTED); err != nil && !errors.Is(err, errGone) && !errors.Is(err, errFailed) {
+				return nil, false, fmt.Errorf("daytona: recover sandbox %s: %w", sp.Name, err)
+			}
 		case failed[st] && !replaced:
-			b.log.Warn("daytona: replacing a failed sandbox", "sandbox", sp.Name, "state", st, "reason", sb.GetErrorReason())
+			b.log.Warn("daytona: replacing a failed sandbox (its files are lost)", "sandbox", sp.Name, "state", st, "reason", sb.GetErrorReason())
 			if err := b.delete(ctx, sb.Id, true); err != nil {
 				return nil, false, err
 			}

@@ -59,18 +59,27 @@ type spec struct {
 	NoNetwork  bool
 	Persistent bool
 	Target     string
-	Workdir    string // where processes start unless told otherwise
+	Cwd        string // terminal.cwd as configured (see sandboxDir)
 	hash       string
 }
 
-// homeDir is where processes start by default: the home of the sandbox's
-// user (root in berth's sandboxes), as on the other container backends.
-const homeDir = "/root"
-
-// sandboxDir maps the configured cwd into the sandbox (see
-// backend.ContainerDir); everything that does not name a sandbox path means
-// the home directory.
-func sandboxDir(cwd string) string { return backend.ContainerDir(cwd, homeDir, homeDir) }
+// sandboxDir maps the configured cwd into a sandbox whose user's home is
+// home (see backend.ContainerDir): everything that does not name a sandbox
+// path means the home directory, where processes start by default, as on
+// the other container backends. Daytona's sandboxes run as the image's
+// user, "daytona" in Daytona's own snapshots, so the home is asked of the
+// sandbox (see Backend.adopt), never assumed. With home unknown ("")
+// processes start in the daemon's working directory, and a cwd under the
+// home ("~/src") is not used.
+func sandboxDir(cwd, home string) string {
+	if home == "" {
+		if strings.HasPrefix(strings.TrimSpace(cwd), "~") {
+			return ""
+		}
+		return backend.ContainerDir(cwd, "", "")
+	}
+	return backend.ContainerDir(cwd, home, home)
+}
 
 var nameUnsafe = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 
@@ -104,7 +113,7 @@ func buildSpec(opts backend.Options, target string, log *slog.Logger) (*spec, er
 		NoNetwork:  !c.DockerNetwork,
 		Persistent: c.ContainerPersistent,
 		Target:     target,
-		Workdir:    sandboxDir(c.Cwd),
+		Cwd:        c.Cwd,
 	}
 	if sp.Image == "" {
 		return nil, fmt.Errorf("daytona: %s is empty: name the image the sandbox runs (default %s)", KeyImage, config.DefaultImage)

@@ -63,8 +63,20 @@ func TestSandboxDir(t *testing.T) {
 		"": "/root", "~": "/root", ".": "/root", "src": "/root", "~/src": "/root/src",
 		"/home/me/proj": "/root", "/Users/me": "/root", "/workspace": "/workspace", "/tmp/../srv/": "/srv",
 	} {
-		if got := sandboxDir(in); got != want {
-			t.Errorf("sandboxDir(%q) = %q, want %q", in, got, want)
+		if got := sandboxDir(in, "/root"); got != want {
+			t.Errorf("sandboxDir(%q, /root) = %q, want %q", in, got, want)
+		}
+		// Another user's home, as in Daytona's own snapshots.
+		want = strings.Replace(want, "/root", "/home/daytona", 1)
+		if got := sandboxDir(in, "/home/daytona"); got != want {
+			t.Errorf("sandboxDir(%q, /home/daytona) = %q, want %q", in, got, want)
+		}
+	}
+	// The home unknown: the daemon's own directory, unless a sandbox
+	// path is configured.
+	for in, want := range map[string]string{"": "", "~/src": "", "/workspace": "/workspace", "src": ""} {
+		if got := sandboxDir(in, ""); got != want {
+			t.Errorf("sandboxDir(%q, unknown home) = %q, want %q", in, got, want)
 		}
 	}
 }

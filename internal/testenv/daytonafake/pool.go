@@ -105,6 +105,9 @@ func (s *Server) runPoolContainer(ctx context.Context, k poolKey) (string, error
 			labelFake: "1", labelInstance: s.inst, labelOwnerPID: strconv.Itoa(processID), labelSandbox: "warm-pool",
 		},
 	}
+	if s.opts.Unkind.NonRootUser {
+		cfg.User = nonRootUID
+	}
 	init := true
 	hc := &container.HostConfig{Init: &init}
 	hc.NanoCPUs = int64(k.cpu) * 1e9
@@ -117,6 +120,10 @@ func (s *Server) runPoolContainer(ctx context.Context, k poolKey) (string, error
 		return "", err
 	}
 	if _, err := s.docker.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+		s.docker.ContainerRemove(context.WithoutCancel(ctx), res.ID, client.ContainerRemoveOptions{Force: true})
+		return "", err
+	}
+	if err := s.addUser(ctx, res.ID); err != nil {
 		s.docker.ContainerRemove(context.WithoutCancel(ctx), res.ID, client.ContainerRemoveOptions{Force: true})
 		return "", err
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	toolbox "github.com/daytona/clients/toolbox-api-client-go"
@@ -64,7 +65,13 @@ type wsClient struct {
 	conn *websocket.Conn
 	send chan wsMsg
 	once sync.Once
+
+	active atomic.Int64 // unix nanoseconds of the last frame either way (Unkind.IdleCut)
+	free   time.Time    // when the link is free again (Unkind.LinkBytesPerSec; writer only)
 }
+
+// touch records a frame on the client's connection.
+func (cl *wsClient) touch() { cl.active.Store(time.Now().UnixNano()) }
 
 // wsMsg is one message for a client; close ends the client after it.
 type wsMsg struct {
@@ -181,10 +188,14 @@ func (p *ptySession) start(ctx context.Context) error {
 	for k, v := range p.envs {
 		env = append(env, k+"="+v)
 	}
+	cwd := p.cwd
+	if cwd == "" {
+		cwd = p.sb.workDir(ctx) // the daemon's own working directory
+	}
 	size := client.ConsoleSize{Height: uint(p.rows), Width: uint(p.cols)}
 	cr, err := s.docker.ExecCreate(ctx, id, client.ExecCreateOptions{
 		TTY: true, AttachStdin: true, AttachStdout: true, AttachStderr: true, ConsoleSize: size,
-		Cmd: []string{"/bin/sh", "-c", ptyWrapper}, Env: env, WorkingDir: p.cwd,
+		Cmd: []string{"/bin/sh", "-c", ptyWrapper}, Env: env, WorkingDir: cwd,
 	})
 	if err != nil {
 		return fmt.Errorf("create exec: %w", err)
@@ -212,14 +223,21 @@ func (p *ptySession) start(ctx context.Context) error {
 }
 
 // readLoop passes the terminal's output to every attached client. Output
-// read while no client is attached is lost, as on Daytona.
+// read while no client is attached is lost, as on Daytona. A message holds
+// at most what one read of a terminal returns (Linux's n_tty hands out at
+// most 4 KiB per read), so the 256 messages of a client's queue stand for
+// what they stand for on Daytona.
 func (p *ptySession) readLoop(r *bufio.Reader, eof chan struct{}) {
 	defer close(eof)
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, 4<<10)
+	var tail []byte // the end of the output so far, for DisruptOnOutput
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
 			b := append([]byte(nil), buf[:n]...)
+			seen := append(tail, b...)
+			p.sb.s.sawOutput(p.sb, seen)
+			tail = append(tail[:0], seen[max(0, len(seen)-128):]...)
 			p.broadcast(wsMsg{typ: websocket.BinaryMessage, data: b})
 			p.sb.touch()
 		}
@@ -261,11 +279,11 @@ func (p *ptySession) writeLoop(conn client.HijackedResponse) {
 }
 
 // broadcast queues a message for every client. Daytona's daemon drops a
-// client whose queue is full at once; the fake waits up to slowConsumer for
-// room first, because its own writer shares the test process (and the race
-// detector's cost) with the client: dropping on a momentary full queue would
-// measure the fake, not the client. A client that stays behind that long is
-// dropped as the daemon drops it.
+// client whose queue is full at once, and so does the fake with
+// Unkind.DropSlowConsumer; the kind fake waits up to slowConsumer for room
+// first, since its own writer shares the test process (and the race
+// detector's cost) with the client. A client that stays behind that long
+// is dropped as the daemon drops it.
 func (p *ptySession) broadcast(m wsMsg) {
 	p.mu.Lock()
 	clients := make([]*wsClient, 0, len(p.clients))
@@ -273,22 +291,30 @@ func (p *ptySession) broadcast(m wsMsg) {
 		clients = append(clients, cl)
 	}
 	p.mu.Unlock()
+	atOnce := p.sb.s.opts.Unkind.DropSlowConsumer
 	for _, cl := range clients {
 		select {
 		case cl.send <- m:
 			continue
 		default:
 		}
-		t := time.NewTimer(slowConsumer)
-		select {
-		case cl.send <- m:
-			t.Stop()
-		case <-t.C:
-			p.mu.Lock()
-			delete(p.clients, cl)
-			p.mu.Unlock()
-			go cl.drop(websocket.ClosePolicyViolation, "slow consumer")
+		if !atOnce {
+			t := time.NewTimer(slowConsumer)
+			select {
+			case cl.send <- m:
+				t.Stop()
+				continue
+			case <-t.C:
+			}
 		}
+		p.mu.Lock()
+		delete(p.clients, cl)
+		p.mu.Unlock()
+		p.sb.s.mu.Lock()
+		p.sb.s.dropped++
+		p.sb.s.mu.Unlock()
+		p.sb.s.log.Debug("daytonafake: PTY client dropped as a slow consumer", "sandbox", p.sb.id, "session", p.id)
+		go cl.drop(websocket.ClosePolicyViolation, "slow consumer")
 	}
 }
 
@@ -307,31 +333,42 @@ func (p *ptySession) exited(code int) {
 	p.ended = true
 	eof := p.eof
 	p.mu.Unlock()
+	if p.sb.s.opts.Unkind.CloseFirst {
+		p.closeClientsAtOnce(code)
+		p.remove()
+		return
+	}
+	// What the terminal printed is passed on before the close message;
+	// the bound is for a child that keeps the terminal open after the
+	// shell exited.
 	select {
 	case <-eof:
-	case <-time.After(100 * time.Millisecond):
+	case <-time.After(5 * time.Second):
 	}
-	reason := ""
-	switch {
-	case code == 0:
-	case code == 130:
-		reason = "Ctrl+C"
-	case code == 137:
-		reason = "SIGKILL"
-	case code == 143:
-		reason = "SIGTERM"
-	case code > 128:
-		reason = fmt.Sprintf("signal %d", code-128)
-	default:
-		reason = "non-zero exit"
-	}
-	p.closeClients(code, reason)
+	p.closeClients(code, exitReason(code))
 	p.remove()
 }
 
-// closeClients sends every client the exit close message after what is
-// already queued for it.
-func (p *ptySession) closeClients(code int, reason string) {
+// exitReason is the daemon's exitReason for an exit code.
+func exitReason(code int) string {
+	switch {
+	case code == 0:
+		return ""
+	case code == 130:
+		return "Ctrl+C"
+	case code == 137:
+		return "SIGKILL"
+	case code == 143:
+		return "SIGTERM"
+	case code > 128:
+		return fmt.Sprintf("signal %d", code-128)
+	}
+	return "non-zero exit"
+}
+
+// closePayload is the daemon's close message for an exit code: its
+// websocket code and its text.
+func closePayload(code int, reason string) (int, string) {
 	type closeData struct {
 		ExitCode   int     `json:"exitCode"`
 		ExitReason *string `json:"exitReason,omitempty"`
@@ -343,7 +380,28 @@ func (p *ptySession) closeClients(code int, reason string) {
 		wsCode = websocket.CloseInternalServerErr
 	}
 	payload, _ := json.Marshal(cd)
-	msg := wsMsg{typ: websocket.CloseMessage, data: websocket.FormatCloseMessage(wsCode, string(payload)), close: true}
+	return wsCode, string(payload)
+}
+
+// closeClientsAtOnce writes every client's exit close message directly,
+// out of band, and closes it: what was still queued for it is lost
+// (Unkind.CloseFirst).
+func (p *ptySession) closeClientsAtOnce(code int) {
+	wsCode, payload := closePayload(code, exitReason(code))
+	p.mu.Lock()
+	clients := p.clients
+	p.clients = map[*wsClient]bool{}
+	p.mu.Unlock()
+	for cl := range clients {
+		cl.drop(wsCode, payload)
+	}
+}
+
+// closeClients sends every client the exit close message after what is
+// already queued for it.
+func (p *ptySession) closeClients(code int, reason string) {
+	wsCode, payload := closePayload(code, reason)
+	msg := wsMsg{typ: websocket.CloseMessage, data: websocket.FormatCloseMessage(wsCode, payload), close: true}
 	p.mu.Lock()
 	clients := p.clients
 	p.clients = map[*wsClient]bool{}
@@ -352,7 +410,7 @@ func (p *ptySession) closeClients(code int, reason string) {
 		select {
 		case cl.send <- msg:
 		case <-time.After(2 * time.Second):
-			cl.drop(wsCode, string(payload))
+			cl.drop(wsCode, payload)
 		}
 	}
 }
@@ -442,7 +500,7 @@ func (cl *wsClient) drop(code int, text string) {
 // writer sends a client its queued messages in order. When the session
 // ends it still sends what was queued before (the exit close message
 // among it), then stops.
-func (cl *wsClient) writer(done <-chan struct{}) {
+func (cl *wsClient) writer(done <-chan struct{}, rate int) {
 	send := func(m wsMsg) bool {
 		cl.conn.SetWriteDeadline(time.Now().Add(ptyWriteWait))
 		err := cl.conn.WriteMessage(m.typ, m.data)
@@ -450,6 +508,8 @@ func (cl *wsClient) writer(done <-chan struct{}) {
 			cl.once.Do(func() { cl.conn.Close() })
 			return false
 		}
+		cl.touch()
+		cl.pace(len(m.data), rate)
 		return true
 	}
 	for {
@@ -470,6 +530,48 @@ func (cl *wsClient) writer(done <-chan struct{}) {
 					return
 				}
 			}
+		}
+	}
+}
+
+// linkBurst is how far ahead of its rate a capped link may send.
+const linkBurst = 50 * time.Millisecond
+
+// pace waits until a link of rate bytes per second has carried n more
+// bytes (Unkind.LinkBytesPerSec); rate 0 means no cap.
+func (cl *wsClient) pace(n, rate int) {
+	if rate <= 0 {
+		return
+	}
+	now := time.Now()
+	if cl.free.Before(now.Add(-linkBurst)) {
+		cl.free = now.Add(-linkBurst)
+	}
+	cl.free = cl.free.Add(time.Duration(n) * time.Second / time.Duration(rate))
+	if d := cl.free.Sub(now); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// watchIdle cuts the client's connection, without a close message, once
+// no frame went either way for cut (Unkind.IdleCut), until stop closes.
+func (cl *wsClient) watchIdle(s *Server, cut time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(max(cut/8, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			if now.Sub(time.Unix(0, cl.active.Load())) < cut {
+				continue
+			}
+			s.mu.Lock()
+			s.idleCut++
+			s.mu.Unlock()
+			s.log.Debug("daytonafake: idle PTY connection cut", "idle", cut)
+			cl.conn.NetConn().Close()
+			return
 		}
 	}
 }
@@ -514,6 +616,16 @@ func (s *Server) connectPTY(w http.ResponseWriter, r *http.Request, sb *sandbox)
 		return
 	}
 	cl := &wsClient{conn: ws, send: make(chan wsMsg, ptyClientQueue)}
+	cl.touch()
+	ws.SetPingHandler(func(data string) error {
+		cl.touch()
+		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+		if err == websocket.ErrCloseSent {
+			return nil
+		}
+		return err
+	})
+	ws.SetPongHandler(func(string) error { cl.touch(); return nil })
 	p.mu.Lock()
 	if p.ended {
 		p.mu.Unlock()
@@ -523,7 +635,12 @@ func (s *Server) connectPTY(w http.ResponseWriter, r *http.Request, sb *sandbox)
 	p.clients[cl] = true
 	cl.send <- wsMsg{typ: websocket.TextMessage, data: controlMessage("connected", "")}
 	p.mu.Unlock()
-	go cl.writer(p.done)
+	go cl.writer(p.done, s.opts.Unkind.LinkBytesPerSec)
+	stop := make(chan struct{})
+	defer close(stop)
+	if cut := s.opts.Unkind.IdleCut; cut > 0 {
+		go cl.watchIdle(s, cut, stop)
+	}
 
 	ws.SetReadLimit(ptyReadLimit)
 	for {
@@ -531,6 +648,7 @@ func (s *Server) connectPTY(w http.ResponseWriter, r *http.Request, sb *sandbox)
 		if err != nil {
 			break
 		}
+		cl.touch()
 		select {
 		case p.in <- data:
 		case <-p.done:

@@ -53,6 +53,7 @@ type sandbox struct {
 	state           apiclient.SandboxState
 	desired         apiclient.SandboxDesiredState
 	errorReason     string
+	recoverable     bool // with state error: POST /recover can bring it back
 	containerID     string
 	archiveImage    string // the committed filesystem while archived
 	restoredFrom    string // the archive image the container now runs on, removed with it
@@ -60,6 +61,8 @@ type sandbox struct {
 	updatedAt       time.Time
 	lastActivity    time.Time
 	ptys            map[string]*ptySession
+	dirsOf          string // the container home and work were asked of
+	home, work      string
 }
 
 // SandboxInfo is what the fake stored for a sandbox, for tests.
@@ -73,6 +76,8 @@ type SandboxInfo struct {
 	NetworkBlockAll  bool
 	AutoStopInterval int
 	ContainerID      string // "" while archived
+	User             string // the sandbox's user, as the API reports it
+	Recoverable      bool   // in state error: recover can bring it back
 }
 
 // Sandbox returns the stored definition of a sandbox, by id or name.
@@ -88,8 +93,21 @@ func (s *Server) Sandbox(idOrName string) (SandboxInfo, bool) {
 		Env: cloneMap(sb.env), Labels: cloneMap(sb.labels),
 		CPU: sb.cpu, MemoryGiB: sb.memory, DiskGiB: sb.disk,
 		NetworkBlockAll: sb.networkBlockAll, AutoStopInterval: sb.autoStop,
-		ContainerID: sb.containerID,
+		ContainerID: sb.containerID, User: sb.user, Recoverable: sb.recoverable,
 	}, true
+}
+
+// SandboxIDs returns the ids of the sandboxes the fake holds (deleted
+// ones are gone from it).
+func (s *Server) SandboxIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.sandboxes))
+	for id := range s.sandboxes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
 }
 
 // WaitState waits until the sandbox (by id or name) is in one of states,
@@ -166,6 +184,9 @@ func (sb *sandbox) dtoLocked() *apiclient.Sandbox {
 	if sb.errorReason != "" {
 		d.SetErrorReason(sb.errorReason)
 	}
+	if sb.state == apiclient.SANDBOXSTATE_ERROR {
+		d.SetRecoverable(sb.recoverable)
+	}
 	if sb.snapshot != "" {
 		d.SetSnapshot(sb.snapshot)
 	}
@@ -206,7 +227,7 @@ func (sb *sandbox) listItemLocked() apiclient.SandboxListItem {
 // setState moves the sandbox to st.
 func (sb *sandbox) setState(st apiclient.SandboxState, reason string) {
 	sb.s.mu.Lock()
-	sb.state, sb.errorReason = st, reason
+	sb.state, sb.errorReason, sb.recoverable = st, reason, false
 	sb.updatedAt = time.Now()
 	sb.s.mu.Unlock()
 	sb.s.log.Debug("daytonafake: sandbox state", "sandbox", sb.id, "state", st, "reason", reason)
@@ -250,7 +271,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	sb := &sandbox{
-		s: s, id: newID(), user: "root", env: map[string]string{}, labels: map[string]string{},
+		s: s, id: newID(), user: s.defaultUser(), env: map[string]string{}, labels: map[string]string{},
 		cpu: defaultCPU, memory: defaultMemoryGiB, disk: defaultDiskGiB, target: defaultTarget,
 		autoStop: defaultAutoStop, autoArchive: defaultAutoArchive, autoDelete: -1,
 		state: apiclient.SANDBOXSTATE_CREATING, desired: apiclient.SANDBOXDESIREDSTATE_STARTED,
@@ -341,6 +362,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	sb.ops.Lock()
 	go func() {
 		defer sb.ops.Unlock()
+		s.jitter()
 		if buildErr != nil {
 			sb.setState(apiclient.SANDBOXSTATE_BUILD_FAILED, buildErr.Error())
 			return
@@ -419,6 +441,9 @@ func (sb *sandbox) runContainer(ctx context.Context, image string) error {
 			labelFake: "1", labelInstance: s.inst, labelOwnerPID: strconv.Itoa(processID), labelSandbox: sb.id,
 		},
 	}
+	if s.opts.Unkind.NonRootUser {
+		cfg.User = nonRootUID
+	}
 	init := true
 	hc := &container.HostConfig{Init: &init}
 	hc.NanoCPUs = int64(sb.cpu) * 1e9
@@ -436,6 +461,10 @@ func (sb *sandbox) runContainer(ctx context.Context, image string) error {
 	if _, err := s.docker.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
 		s.docker.ContainerRemove(context.WithoutCancel(ctx), res.ID, client.ContainerRemoveOptions{Force: true})
 		return fmt.Errorf("start container: %w", err)
+	}
+	if err := s.addUser(ctx, res.ID); err != nil {
+		s.docker.ContainerRemove(context.WithoutCancel(ctx), res.ID, client.ContainerRemoveOptions{Force: true})
+		return err
 	}
 	s.mu.Lock()
 	sb.containerID = res.ID
@@ -482,7 +511,11 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].createdAt.After(all[j].createdAt) })
 	items := []apiclient.SandboxListItem{}
+	now := time.Now()
 	for _, sb := range all {
+		if lag := s.opts.Unkind.ListLag; lag > 0 && now.Sub(sb.createdAt) < lag {
+			continue // not in the search index yet
+		}
 		if !matchLabels(sb.labels, labels) ||
 			!strings.HasPrefix(strings.ToLower(sb.name), name) ||
 			!strings.HasPrefix(strings.ToLower(sb.id), idPrefix) ||
@@ -538,11 +571,12 @@ func (s *Server) transition(w http.ResponseWriter, sb *sandbox, from []apiclient
 		apiError(w, http.StatusBadRequest, fmt.Sprintf("Sandbox %s is %s and cannot %s", sb.id, cur, what))
 		return
 	}
-	sb.state, sb.desired, sb.errorReason, sb.updatedAt = via, desired, "", time.Now()
+	sb.state, sb.desired, sb.errorReason, sb.recoverable, sb.updatedAt = via, desired, "", false, time.Now()
 	d := sb.dtoLocked()
 	s.mu.Unlock()
 	go func() {
 		defer sb.ops.Unlock()
+		s.jitter()
 		if err := op(s.ctx, cur); err != nil {
 			sb.setState(apiclient.SANDBOXSTATE_ERROR, fmt.Sprintf("%s: %v", what, err))
 			return

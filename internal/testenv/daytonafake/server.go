@@ -6,7 +6,14 @@
 // It follows the OpenAPI definitions the clients are generated from
 // (github.com/daytona/clients/api-client-go and toolbox-api-client-go at
 // v0.201.0, api/openapi.yaml in each module), and only for the endpoints a
-// client of berth's kind uses. Every response is built from the generated
+// client of berth's kind uses, plus those the check with Daytona's own
+// TypeScript SDK drives (sdkcheck): file bulk upload and download, the
+// home and working directories, recover. Every other control-plane or
+// toolbox path answers 501 with a message saying the fake does not
+// implement it: the sessions API (/process/session...), PTY
+// create-connect, file listing, search, move and details, git, LSP,
+// computer use, snapshots, volumes, regions and the SDK's socket.io event
+// stream (the SDK falls back to polling GET /sandbox/{id}). Every response is built from the generated
 // models, so the clients can decode it (they reject a body that lacks a
 // required field). What the fake does, it does for real:
 //
@@ -35,11 +42,19 @@
 //     Daytona proxy does: 400 "Is the Sandbox started?" when stopped, 404
 //     when archived or unknown.
 //   - PTY sessions keep the daemon's limits: 64 KiB per client message, a
-//     queue of 256 output messages per client, output read while no client
-//     is attached is lost. One deliberate difference: the daemon drops a
-//     client the moment its queue is full; the fake waits 2 s for room
-//     first, since its own writer runs in the test process beside the
-//     client (see ptySession.broadcast).
+//     queue of 256 output messages (of at most 4 KiB, one terminal read)
+//     per client, output read while no client is attached is lost.
+//   - Where the real service is hard on clients, the fake is too when
+//     Options.Unkind says so (see Unkind, each switch with its source;
+//     Realistic turns them all on): a client whose queue is full dropped
+//     at once (the kind fake waits 2 s for room), the exit close message
+//     ahead of queued output, a list that lags creation, 429 with
+//     Retry-After-<bucket>, transient 502/503, execute through the user's
+//     shell, a non-root user, idle websockets cut, random delays. Tests
+//     disrupt a sandbox from outside with Server.Disrupt and
+//     Server.DisruptOnOutput (stopped, archived, deleted, or in state
+//     error, recoverable or not), and POST /sandbox/{id}/recover brings a
+//     recoverable one back.
 //   - PUT /sandbox/{idOrName}/labels replaces a sandbox's labels with the
 //     set given (nothing of the old set is kept) in any state, and answers
 //     the new set; listing by label sees the change at once.
@@ -72,6 +87,7 @@ import (
 	"sync"
 	"time"
 
+	toolbox "github.com/daytona/clients/toolbox-api-client-go"
 	"github.com/moby/moby/client"
 )
 
@@ -99,6 +115,9 @@ type Options struct {
 	// already asked for the fake keeps ready, like Daytona's warm pool
 	// (see pool.go); 0 means none.
 	WarmPool int
+	// Unkind switches on the ways the real service is hard on clients
+	// (see Unkind; Realistic turns them all on).
+	Unkind Unkind
 }
 
 // Request is one control-plane request as the fake received it.
@@ -127,6 +146,10 @@ type Server struct {
 	requests  []Request
 	toolboxN  int // toolbox calls received
 	closed    bool
+
+	unkind                                unkindState
+	limited, transients, dropped, idleCut int               // what the switches did (Unkindness)
+	disruptions                           []armedDisruption // see DisruptOnOutput
 
 	pool        map[poolKey][]string // ready container ids by shape
 	poolFilling map[poolKey]bool
@@ -172,6 +195,7 @@ func New(opts Options) (*Server, error) {
 		stop:      cancel,
 		sandboxes: map[string]*sandbox{},
 		execs:     map[string]*ptySession{},
+		unkind:    unkindState{buckets: map[string]int{}},
 
 		pool:        map[poolKey][]string{},
 		poolFilling: map[poolKey]bool{},
@@ -312,7 +336,11 @@ func (s *Server) routes(mux *http.ServeMux) {
 	api("PUT /api/sandbox/{idOrName}/labels", s.replaceLabels)
 	api("POST /api/sandbox/{idOrName}/autostop/{interval}", s.setAutostop)
 	api("GET /api/sandbox/{idOrName}/toolbox-proxy-url", s.toolboxProxyURL)
+	api("POST /api/sandbox/{idOrName}/recover", s.recoverSandbox)
 	mux.HandleFunc("GET /api/health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("/api/", s.apiAuth(func(w http.ResponseWriter, r *http.Request) {
+		apiError(w, http.StatusNotImplemented, fmt.Sprintf("daytonafake: %s %s is not implemented: the fake serves only the endpoints berth's daytona backend and the SDK check use (see the package doc)", r.Method, r.URL.Path))
+	}))
 
 	tb := func(pattern string, h func(http.ResponseWriter, *http.Request, *sandbox)) {
 		mux.HandleFunc(pattern, s.toolboxAuth(h))
@@ -328,6 +356,14 @@ func (s *Server) routes(mux *http.ServeMux) {
 	tb("POST /toolbox/{sandboxId}/files/upload-v2", s.uploadFile)
 	tb("POST /toolbox/{sandboxId}/files/permissions", s.setPermissions)
 	tb("GET /toolbox/{sandboxId}/version", s.version)
+	tb("GET /toolbox/{sandboxId}/user-home-dir", s.userHomeDir)
+	tb("GET /toolbox/{sandboxId}/work-dir", s.workDir)
+	tb("POST /toolbox/{sandboxId}/files/bulk-upload", s.bulkUpload)
+	tb("POST /toolbox/{sandboxId}/files/bulk-download", s.bulkDownload)
+	tb("/toolbox/{sandboxId}/", func(w http.ResponseWriter, r *http.Request, _ *sandbox) {
+		toolboxError(w, r, http.StatusNotImplemented, toolbox.DAEMONERRORCODE_CodeInternalServerError,
+			fmt.Sprintf("daytonafake: %s %s is not implemented: the fake serves only the toolbox calls berth's daytona backend and the SDK check use (see the package doc)", r.Method, r.URL.Path))
+	})
 }
 
 // authorized checks the bearer credential of a request.
@@ -365,6 +401,10 @@ func (s *Server) apiAuth(h func(http.ResponseWriter, *http.Request)) http.Handle
 		s.mu.Unlock()
 		if !s.authorized(r) {
 			apiError(w, http.StatusUnauthorized, "Invalid credentials")
+			return
+		}
+		s.jitter()
+		if s.transient(w, r) || s.rateLimited(w, r) {
 			return
 		}
 		h(w, r)

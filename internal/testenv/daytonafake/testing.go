@@ -18,9 +18,21 @@ import (
 // is set.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartUnkind(t, Unkind{})
+}
+
+// StartRealistic is Start with every unkind switch on (Realistic).
+func StartRealistic(t testing.TB) *Server {
+	t.Helper()
+	return StartUnkind(t, Realistic())
+}
+
+// StartUnkind is Start with the given switches.
+func StartUnkind(t testing.TB, u Unkind) *Server {
+	t.Helper()
 	cli := dockerenv.Require(t)
 	img := dockerenv.Image(t)
-	s, err := New(Options{Docker: cli, DefaultImage: img, Logger: testLogger(t), WarmPool: 1})
+	s, err := New(Options{Docker: cli, DefaultImage: img, Logger: testLogger(t), WarmPool: 1, Unkind: u})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,10 @@ func (s *Server) toolboxAuth(h func(http.ResponseWriter, *http.Request, *sandbox
 			toolboxError(w, r, http.StatusUnauthorized, toolbox.DAEMONERRORCODE_CodeUnauthorized, "unauthorized: invalid credentials")
 			return
 		}
+		s.jitter()
+		if s.transient(w, r) {
+			return
+		}
 		id := r.PathValue("sandboxId")
 		s.mu.Lock()
 		sb := s.sandboxes[id]
@@ -79,6 +83,7 @@ type execOpts struct {
 	argv  []string
 	env   []string
 	dir   string
+	user  string    // "" is the container's user
 	stdin io.Reader // nil: no stdin
 }
 
@@ -86,14 +91,19 @@ type execOpts struct {
 // its stdout and stderr. The exit status is the process's (126/127 from the
 // runtime when it cannot be started).
 func (sb *sandbox) run(ctx context.Context, o execOpts, stdout, stderr io.Writer) (int, error) {
-	d := sb.s.docker
 	id := sb.container()
 	if id == "" {
 		return -1, errors.New("the sandbox has no container")
 	}
+	return sb.s.runIn(ctx, id, o, stdout, stderr)
+}
+
+// runIn runs a process in a container (see sandbox.run).
+func (s *Server) runIn(ctx context.Context, id string, o execOpts, stdout, stderr io.Writer) (int, error) {
+	d := s.docker
 	cr, err := d.ExecCreate(ctx, id, client.ExecCreateOptions{
 		AttachStdin: o.stdin != nil, AttachStdout: true, AttachStderr: true,
-		Cmd: o.argv, Env: o.env, WorkingDir: o.dir,
+		Cmd: o.argv, Env: o.env, WorkingDir: o.dir, User: o.user,
 	})
 	if err != nil {
 		return -1, fmt.Errorf("create exec: %w", err)
@@ -120,7 +130,7 @@ func (sb *sandbox) run(ctx context.Context, o execOpts, stdout, stderr io.Writer
 	if cerr != nil {
 		return -1, fmt.Errorf("read output: %w", cerr)
 	}
-	return sb.s.execExit(ctx, cr.ID)
+	return s.execExit(ctx, cr.ID)
 }
 
 // execExit waits for an exec whose streams ended to be reported exited.
@@ -240,20 +250,37 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 		toolboxError(w, r, http.StatusBadRequest, toolbox.DAEMONERRORCODE_CodeInvalidRequestBody, "command is required")
 		return
 	}
-	argv := parseCommand(req.Command)
-	if len(argv) == 0 {
-		toolboxError(w, r, http.StatusBadRequest, toolbox.DAEMONERRORCODE_CodeBadRequest, "empty command")
-		return
+	shell := s.opts.Unkind.ExecShell
+	var wrapped []string
+	var stdin io.Reader
+	if shell {
+		if strings.TrimSpace(req.Command) == "" {
+			toolboxError(w, r, http.StatusBadRequest, toolbox.DAEMONERRORCODE_CodeBadRequest, "empty command")
+			return
+		}
+		// The wrapper reports its pid (see below), then becomes the
+		// user's shell reading the command from stdin.
+		wrapped, stdin = []string{"/bin/sh", "-c", execShellWrapper}, strings.NewReader(req.Command)
+	} else {
+		argv := parseCommand(req.Command)
+		if len(argv) == 0 {
+			toolboxError(w, r, http.StatusBadRequest, toolbox.DAEMONERRORCODE_CodeBadRequest, "empty command")
+			return
+		}
+		// The wrapper reports the command's pid on stderr's first line so
+		// a timeout can kill its tree; then it becomes the command, with
+		// its stderr on the stdout pipe: the daemon gives both the same
+		// pipe, so their order is kept.
+		wrapped = append([]string{"/bin/sh", "-c", `printf '%s\n' "$$" >&2; exec "$@" 2>&1`, "sh"}, argv...)
 	}
 	var env []string
 	for k, v := range req.GetEnvs() {
 		env = append(env, k+"="+v)
 	}
-	// The wrapper reports the command's pid on stderr's first line so a
-	// timeout can kill its tree; then it becomes the command, with its
-	// stderr on the stdout pipe: the daemon gives both the same pipe, so
-	// their order is kept.
-	wrapped := append([]string{"/bin/sh", "-c", `printf '%s\n' "$$" >&2; exec "$@" 2>&1`, "sh"}, argv...)
+	dir := req.GetCwd()
+	if dir == "" {
+		dir = sb.workDir(r.Context())
+	}
 	var out bytes.Buffer
 	pl := &pidLine{w: &out, pid: make(chan int, 1)}
 	type result struct {
@@ -263,7 +290,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	done := make(chan result, 1)
 	ctx := context.WithoutCancel(r.Context()) // the daemon finishes even when the client goes away
 	go func() {
-		code, err := sb.run(ctx, execOpts{argv: wrapped, env: env, dir: req.GetCwd()}, &out, pl)
+		code, err := sb.run(ctx, execOpts{argv: wrapped, env: env, dir: dir, stdin: stdin}, &out, pl)
 		done <- result{code, err}
 	}()
 	var timeout <-chan time.Time
@@ -287,17 +314,34 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 		case pid = <-pl.pid:
 		default:
 		}
-		sb.killTree(ctx, pid, "TERM")
-		select {
-		case <-done:
-		case <-time.After(2 * time.Second):
-			sb.killTree(ctx, pid, "KILL")
+		if shell {
+			sb.killTree(ctx, pid, "KILL") // the current daemon: SIGKILL to the process group
 			<-done
+		} else {
+			sb.killTree(ctx, pid, "TERM")
+			select {
+			case <-done:
+			case <-time.After(2 * time.Second):
+				sb.killTree(ctx, pid, "KILL")
+				<-done
+			}
 		}
 		toolboxError(w, r, http.StatusRequestTimeout, toolbox.DAEMONERRORCODE_CodeRequestTimeout,
 			fmt.Sprintf("Command execution timed out after %d seconds. The timeout can be increased by adjusting the timeout parameter in the request.", *req.Timeout))
 	}
 }
+
+// execShellWrapper runs a command read from stdin with the user's shell
+// as Daytona's daemon picks it (zsh, else bash, else $SHELL, else sh),
+// stdout and stderr joined; first it reports its pid on stderr's first
+// line, for the timeout's kill.
+const execShellWrapper = `printf '%s\n' "$$" >&2
+exec 2>&1
+for s in zsh bash; do
+  if command -v "$s" >/dev/null 2>&1; then exec "$s"; fi
+done
+if [ -n "$SHELL" ] && [ -x "$SHELL" ]; then exec "$SHELL"; fi
+exec sh`
 
 // fileScript reads a file for download: it exits 44 when the path does not
 // exist, 45 for a directory, 46 when it cannot be read.

@@ -3,8 +3,13 @@
 // tried by hand against real Docker containers:
 //
 //	go run ./internal/testenv/daytonafake/cmd/daytonafake -addr 127.0.0.1:3986
+//	go run ./internal/testenv/daytonafake/cmd/daytonafake -realistic   # as unkind as Daytona
 //
-// It prints the DAYTONA_API_URL and DAYTONA_API_KEY to export, serves until
+// -realistic turns on every way the fake knows the real service is hard on
+// its clients (daytonafake.Realistic: slow-consumer drops, close frames
+// ahead of output, a lagging list, 429s and transient 5xx, execute through
+// the user's shell, a non-root user, idle connections cut, small random
+// delays). It prints the DAYTONA_API_URL and DAYTONA_API_KEY to export, serves until
 // interrupted, and then removes every sandbox container it created. The
 // default image of sandboxes created without one is berth's test image,
 // built from the host's busybox and bash when missing (see dockerenv).
@@ -34,14 +39,19 @@ func main() {
 	image := flag.String("image", "", "image of sandboxes created without one (default: berth's test image, built if missing)")
 	verbose := flag.Bool("v", false, "log every state change")
 	warm := flag.Int("warm-pool", 1, "started containers kept ready per sandbox shape, like Daytona's warm pool (0: none)")
+	realistic := flag.Bool("realistic", false, "be as unkind as Daytona: slow-consumer drops, close before output, lagging list, 429/5xx, shell execute, non-root user, idle cuts, random delays")
 	flag.Parse()
-	if err := run(*addr, *key, *image, *verbose, *warm); err != nil {
+	var unkind daytonafake.Unkind
+	if *realistic {
+		unkind = daytonafake.Realistic()
+	}
+	if err := run(*addr, *key, *image, *verbose, *warm, unkind); err != nil {
 		fmt.Fprintln(os.Stderr, "daytonafake:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, key, image string, verbose bool, warm int) error {
+func run(addr, key, image string, verbose bool, warm int, unkind daytonafake.Unkind) error {
 	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		return fmt.Errorf("docker client: %w", err)
@@ -63,12 +73,16 @@ func run(addr, key, image string, verbose bool, warm int) error {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	s, err := daytonafake.New(daytonafake.Options{Docker: cli, APIKey: key, DefaultImage: image, Addr: addr, Logger: log, WarmPool: warm})
+	s, err := daytonafake.New(daytonafake.Options{Docker: cli, APIKey: key, DefaultImage: image, Addr: addr, Logger: log, WarmPool: warm, Unkind: unkind})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("export DAYTONA_API_URL=%s\nexport DAYTONA_API_KEY=%s\n# sandboxes without an image run %s; Ctrl-C stops the fake and removes its containers\n",
-		s.APIURL(), s.APIKey(), image)
+	mode := "kind"
+	if unkind.On() {
+		mode = "realistic (as unkind as Daytona)"
+	}
+	fmt.Printf("export DAYTONA_API_URL=%s\nexport DAYTONA_API_KEY=%s\n# %s fake; sandboxes without an image run %s; Ctrl-C stops the fake and removes its containers\n",
+		s.APIURL(), s.APIKey(), mode, image)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	<-sig

@@ -1,0 +1,247 @@
+package daytonafake
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Unkind holds the switches that make the fake as hard on its clients as
+// Daytona is. The zero value is the kind fake: every call answered at once,
+// lists consistent, PTY clients waited for. Each switch names the source
+// that says the real service behaves so; the sources are Daytona's own
+// code (github.com/daytonaio/daytona, paths below are in that
+// repository) and documentation, as read for berth's study of its fakes'
+// fidelity (2026-11-25).
+//
+// Realistic returns every switch on, with small random delays. What a
+// test must arm itself — a sandbox stopped, archived, errored or deleted
+// from outside in the middle of a command — is not a switch but a call
+// (Server.Disrupt, Server.DisruptOnOutput): done at random it would make
+// every test's outcome a matter of luck.
+type Unkind struct {
+	// DropSlowConsumer drops a PTY websocket client the moment its queue
+	// of 256 output messages is full: close 1008 "slow consumer", queued
+	// output lost, no back-pressure into the terminal. The kind fake waits
+	// 2 s for room first. Source: apps/daemon/pkg/toolbox/process/pty/
+	// websocket.go, attachWebSocket ("make(chan []byte, 256) // if full,
+	// drop slow client") and broadcast ("client's outbound queue is full
+	// -> drop the client").
+	DropSlowConsumer bool
+
+	// LinkBytesPerSec caps what each PTY websocket client's writer sends
+	// per second: a network between the daemon and the client slower than
+	// the program's output, which is what fills the daemon's queue on a
+	// real WAN link. 0 means no cap (loopback).
+	LinkBytesPerSec int
+
+	// CloseFirst makes a PTY session whose shell exited write its close
+	// message (the exit code) at once, out of band, ahead of output still
+	// queued for the client, which is lost. The kind fake sends the close
+	// message after what is queued. Source: pty/session.go (the process
+	// reaper calls closeClientsWithExitCode as soon as cmd.Wait returns,
+	// while ptyReadLoop may still hold output) and pty/websocket.go,
+	// closeClientsWithExitCode (cl.conn.WriteMessage(CloseMessage, ...)
+	// then cl.close(), beside the clientWriter goroutine still draining
+	// cl.send).
+	CloseFirst bool
+
+	// ListLag hides a sandbox from GET /sandbox for this long after its
+	// creation (get by id or name sees it at once). Source: the API's
+	// list endpoint is served from a search index and documented as
+	// eventually consistent (api-client-go v0.201.0 api/openapi.yaml,
+	// GET /sandbox; apps/api sandbox search adapter over OpenSearch).
+	ListLag time.Duration
+
+	// RateLimitEvery refuses every Nth control-plane call of each of
+	// Daytona's throttler buckets (authenticated, sandbox-create,
+	// sandbox-lifecycle) with 429 and the header Retry-After-<bucket>:
+	// RetryAfter, without doing it. Sources: apps/api/src/app.module.ts
+	// (ThrottlerModule with named throttlers "authenticated",
+	// "sandbox-create", "sandbox-lifecycle"); @nestjs/throttler's guard
+	// sets `Retry-After${name === 'default' ? '' : '-' + name}` in seconds
+	// on a 429; https://www.daytona.io/docs/en/rate-limits (per-minute
+	// budgets per bucket, 429 when exceeded). 0 means never.
+	RateLimitEvery int
+	// RetryAfter is the seconds a 429 asks the client to wait; 0 means 1.
+	RetryAfter int
+
+	// TransientEvery answers every Nth request — control plane, toolbox
+	// and websocket upgrade alike — with 502 or 503 (alternately), without
+	// doing it, as a proxy or load balancer does while an upstream
+	// restarts. Sources: apps/proxy/pkg/proxy/retry.go (the toolbox proxy
+	// itself retries its upstream 3 times, 150 ms to 1 s apart, and fails
+	// the request when those fail); libs/common-go/pkg/proxy
+	// (ApplyServerTimeouts: "Must sit above any upstream LB/client idle
+	// timeout", a load balancer in front of the API and proxy). 0 means
+	// never.
+	TransientEvery int
+
+	// ExecShell makes POST /process/execute pipe the command into the
+	// user's shell (zsh, else bash, else $SHELL, else sh) and kill the
+	// process group with SIGKILL at its timeout, as the current daemon
+	// does; the kind fake splits the command on quotes and runs it without
+	// a shell, as the daemon did before March 2026. Source: apps/daemon/
+	// pkg/toolbox/process/execute.go (exec.Command(common.GetShell()),
+	// cmd.Stdin = strings.NewReader(request.Command), Setpgid, SIGKILL to
+	// -pid on timeout).
+	ExecShell bool
+
+	// NonRootUser gives sandboxes a non-root user, as Daytona's default
+	// snapshots have: the DTO's user defaults to "daytona" (the kind fake
+	// reports "root"), and the container runs as uid 1000 "daytona" with
+	// home /home/daytona, where the kind fake runs the image's user (root
+	// in berth's test image). Sources: apps/api/src/sandbox/services/
+	// sandbox.service.ts (sandbox.osUser = createSandboxDto.user ||
+	// 'daytona'); apps/runner/pkg/docker/container_configs.go (the runner
+	// sets no User: the image's USER stands, and Daytona's default
+	// snapshot images run as daytona).
+	NonRootUser bool
+
+	// IdleCut closes a PTY websocket that carried no frame either way
+	// (pings and pongs count) for this long, abruptly, as a load balancer
+	// in front of the proxy does with an idle connection. Neither the
+	// daemon, the proxy nor Daytona's SDKs send websocket pings (pty/
+	// websocket.go has no ping loop). Source: libs/common-go/pkg/proxy
+	// (the proxy's idle timeout of 70 s "must sit above any upstream
+	// LB/client idle timeout"). 0 means never.
+	IdleCut time.Duration
+
+	// Jitter adds a random delay of up to this much to every control-plane
+	// answer, toolbox call and sandbox state transition: real calls cross
+	// a network and real transitions take time.
+	Jitter time.Duration
+}
+
+// Realistic is every switch on, with small random delays: what berth's
+// suite runs against besides the kind fake. The values are chosen to be
+// felt by the tests (a rate limit every few calls, a slow link) while
+// keeping each delay small and bounded.
+func Realistic() Unkind {
+	return Unkind{
+		DropSlowConsumer: true,
+		LinkBytesPerSec:  16 << 20,
+		CloseFirst:       true,
+		ListLag:          time.Second,
+		RateLimitEvery:   13,
+		RetryAfter:       1,
+		TransientEvery:   17,
+		ExecShell:        true,
+		NonRootUser:      true,
+		IdleCut:          60 * time.Second,
+		Jitter:           20 * time.Millisecond,
+	}
+}
+
+// On reports whether any switch is on.
+func (u Unkind) On() bool { return u != Unkind{} }
+
+// unkindState is the fake's bookkeeping for the switches.
+type unkindState struct {
+	mu        sync.Mutex
+	buckets   map[string]int // calls per throttler bucket
+	requests  int            // requests seen by TransientEvery
+	transient int            // transient answers given
+}
+
+// jitter sleeps a random delay of up to Unkind.Jitter.
+func (s *Server) jitter() {
+	if j := s.opts.Unkind.Jitter; j > 0 {
+		time.Sleep(rand.N(j))
+	}
+}
+
+// bucket is the Daytona throttler a control-plane call counts against.
+func bucket(r *http.Request) string {
+	p := strings.TrimSuffix(r.URL.Path, "/")
+	switch {
+	case r.Method == http.MethodPost && p == "/api/sandbox":
+		return "sandbox-create"
+	case r.Method == http.MethodDelete && strings.HasPrefix(p, "/api/sandbox/") && strings.Count(p, "/") == 3:
+		return "sandbox-lifecycle"
+	case r.Method == http.MethodPost && strings.HasPrefix(p, "/api/sandbox/"):
+		for _, op := range []string{"/start", "/stop", "/archive", "/recover"} {
+			if strings.HasSuffix(p, op) {
+				return "sandbox-lifecycle"
+			}
+		}
+	}
+	return "authenticated"
+}
+
+// rateLimited answers 429 when the call is the RateLimitEvery-th of its
+// bucket.
+func (s *Server) rateLimited(w http.ResponseWriter, r *http.Request) bool {
+	n := s.opts.Unkind.RateLimitEvery
+	if n <= 0 {
+		return false
+	}
+	b := bucket(r)
+	s.unkind.mu.Lock()
+	s.unkind.buckets[b]++
+	hit := s.unkind.buckets[b]%n == 0
+	s.unkind.mu.Unlock()
+	if !hit {
+		return false
+	}
+	after := s.opts.Unkind.RetryAfter
+	if after <= 0 {
+		after = 1
+	}
+	w.Header().Set("Retry-After-"+b, strconv.Itoa(after))
+	s.mu.Lock()
+	s.limited++
+	s.mu.Unlock()
+	writeJSON(w, http.StatusTooManyRequests, map[string]any{
+		"statusCode": http.StatusTooManyRequests,
+		"message":    "ThrottlerException: Too Many Requests",
+		"error":      "Too Many Requests",
+	})
+	return true
+}
+
+// transient answers 502 or 503 when the request is the TransientEvery-th.
+func (s *Server) transient(w http.ResponseWriter, r *http.Request) bool {
+	n := s.opts.Unkind.TransientEvery
+	if n <= 0 {
+		return false
+	}
+	s.unkind.mu.Lock()
+	s.unkind.requests++
+	hit := s.unkind.requests%n == 0
+	code := http.StatusBadGateway
+	if hit {
+		s.unkind.transient++
+		if s.unkind.transient%2 == 0 {
+			code = http.StatusServiceUnavailable
+		}
+	}
+	s.unkind.mu.Unlock()
+	if !hit {
+		return false
+	}
+	s.mu.Lock()
+	s.transients++
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "text/html")
+	w.WriteHeader(code)
+	w.Write([]byte("<html><body><h1>" + strconv.Itoa(code) + " " + http.StatusText(code) + "</h1></body></html>\n"))
+	return true
+}
+
+// Unkindness counts what the switches did so far: 429 answers and
+// transient 5xx answers given, and PTY clients dropped as slow consumers
+// or cut as idle.
+type Unkindness struct {
+	RateLimited, Transient, SlowConsumersDropped, IdleCut int
+}
+
+// Unkindness returns the counts so far.
+func (s *Server) Unkindness() Unkindness {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Unkindness{RateLimited: s.limited, Transient: s.transients, SlowConsumersDropped: s.dropped, IdleCut: s.idleCut}
+}
