@@ -506,7 +506,7 @@ func testDoctor(t *testing.T, fake *daytonafake.Server) {
 		t.Errorf("doctor with a bad key: %+v", fp)
 	}
 	opts.Getenv = func(string) string { return "" }
-	if fp := Doctor(ctx, opts); fp.Usable || !strings.Contains(fp.Fix, EnvAPIKey) {
+	if fp := Doctor(ctx, opts); fp.Usable || !strings.Contains(fp.Summary+" "+fp.Fix, EnvAPIKey) {
 		t.Errorf("doctor without credentials: %+v", fp)
 	}
 }
