@@ -39,8 +39,9 @@
 //     running with a network).
 //
 // Beside the overlay, <scratch>/instances/<instance>.json records the key,
-// the settings' hash and the owner (boot id, pid and start time of the
-// berth process). `instance list --json` finds a running instance again: a
+// the settings' hash and the owner (boot id, pid, start time and PID
+// namespace of the berth process). `instance list --json` finds a running
+// instance again: a
 // later berth reattaches to it (and takes over the owner mark) when its
 // settings match, and replaces it otherwise. The first environment a berth
 // process creates in a scratch directory stops the instances of berths that
