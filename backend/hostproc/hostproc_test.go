@@ -160,7 +160,10 @@ func TestMain(m *testing.M) {
 // an environment of its own, scans /proc. A process started with the
 // secret on purpose shows that the scan would see one.
 func TestGuardianCarriesNoSecrets(t *testing.T) {
-	const secret = "HOSTPROC_TEST_API_KEY=sk-proj-hostproc-F9-0123456789"
+	// Unique per run: a concurrent run of this test (another checkout)
+	// has its own control process.
+	const secretVar = "HOSTPROC_TEST_API_KEY"
+	secret := secretVar + "=" + os.Getenv(secretVar)
 	if os.Getenv(helperEnv) == "secrets" {
 		control := exec.Command("sleep", "60")
 		control.Env = []string{"PATH=/usr/bin:/bin", secret}
@@ -201,6 +204,7 @@ done`, "scan", secret)
 	}
 	cmd := exec.Command(bin, "-test.run=^TestGuardianCarriesNoSecrets$", "-test.count=1", "-test.v")
 	cmd.Dir = dir
+	secret = fmt.Sprintf("%s=sk-proj-hostproc-F9-%d-%d", secretVar, os.Getpid(), time.Now().UnixNano())
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir, helperEnv + "=secrets", secret}
 	if os.Geteuid() == 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}

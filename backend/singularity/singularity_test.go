@@ -558,7 +558,9 @@ func testMissingBinary(t *testing.T, e *testEnv) {
 // instance's monitor lives as long as the instance). Only this test
 // process, whose environment it is, holds the secret afterwards.
 func testNoHostEnvInInstance(t *testing.T, e *testEnv) {
-	const secret = "SINGSECRET-N10-0123456789"
+	// Unique per run: a concurrent run of this test elsewhere holds its
+	// own secret in its own environment.
+	secret := fmt.Sprintf("SINGSECRET-N10-%d-%d", os.Getpid(), time.Now().UnixNano())
 	t.Setenv("OPENAI_API_KEY", "sk-proj-"+secret)
 	t.Setenv("HOSTONLY_N10_VAR", "hostonly-"+secret) // a name no filter calls secret
 	b := newBackend(t, e.options("", nil))

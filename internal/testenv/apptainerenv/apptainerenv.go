@@ -221,9 +221,11 @@ func copyFile(src, dst string) error {
 // HomesDir is the directory under which Isolate makes every test's HOME:
 // <temp dir>/berth-apptainer-homes-<uid>. It is the same for every test
 // process of the user, so a later process finds what an earlier one left.
-func HomesDir() string {
-	return filepath.Join(os.TempDir(), fmt.Sprintf("berth-apptainer-homes-%d", os.Getuid()))
-}
+func HomesDir() string { return homesDir }
+
+// homesDir is HomesDir; this package's tests point it elsewhere to play
+// test processes that died without racing the sweeps of real ones.
+var homesDir = filepath.Join(os.TempDir(), fmt.Sprintf("berth-apptainer-homes-%d", os.Getuid()))
 
 // ownerFile, in a test's HOME, holds the procmark mark of the test process
 // that made it.

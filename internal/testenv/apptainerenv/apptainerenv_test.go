@@ -709,6 +709,11 @@ func TestLeftoversOfGoneTestProcessesAreReaped(t *testing.T) {
 	if !procmark.Gone(deadMark) {
 		t.Fatalf("test setup: %s is not gone", deadMark)
 	}
+	// A directory of its own: the first Require of any other test process
+	// would reap the HOME of the "gone" process in the shared one.
+	old := homesDir
+	homesDir = t.TempDir()
+	t.Cleanup(func() { homesDir = old })
 	makeHome := func(mark string) string {
 		home, err := os.MkdirTemp(HomesDir(), "home-")
 		if err != nil {
