@@ -493,6 +493,10 @@ func testNoNetworkAndBinds(t *testing.T, e *testEnv) {
 
 func testEnvAdmin(t *testing.T, e *testEnv) {
 	e = e.withScratch(t)
+	// An instance list of its own: List shows every berth_ instance of the
+	// user, and one another test leaves behind (a manager whose idle
+	// clean-up was cut short under load) is not this test's business.
+	apptainerenv.Isolate(t, e.bin)
 	key := randomKey()
 	opts := e.options(key, persistent)
 	b := newBackend(t, opts)
