@@ -205,11 +205,27 @@ func followLink(p string) (string, error) {
 }
 
 // shellPrologue starts every file script. The scripts run in a subshell
-// of the user's session, so they inherit its options: it turns off those
-// that would break them (errexit, noclobber, nounset, xtrace), restores
-// the default IFS their word splitting needs, and drops functions that
-// shadow the commands they use.
-const shellPrologue = "set +eCux 2>/dev/null; IFS=' \t\n'; unset -f command printf cd 2>/dev/null\n"
+// of the user's session, so they inherit its options and functions:
+//   - POSIXLY_CORRECT=1 (an assignment, which no function can shadow) puts
+//     bash in POSIX mode, where the special builtins (set, unset, exec,
+//     exit, ...) are found before functions of the same name; dash and
+//     busybox ash do so always and refuse to define such functions;
+//   - it turns off the options that would break the scripts (errexit,
+//     noclobber, nounset, xtrace) and restores the default IFS their word
+//     splitting needs;
+//   - it drops the functions that would shadow the builtins the scripts
+//     call by name: [ and test (a `[` that always fails made a write report
+//     success for a file that was never renamed into place, N13), command,
+//     printf, cd, and the special builtins themselves. In bash, unset -f
+//     fails only for a readonly function, which cannot be dropped: the
+//     script then repeats the unset to show bash's complaint and exits, so
+//     the tool reports an error instead of a false result. (zsh and ksh93
+//     fail unset -f for names that are no functions; they go on.)
+//
+// Every other command the scripts run is called through `command`.
+const shellPrologue = "POSIXLY_CORRECT=1; set +eCux 2>/dev/null; IFS=' \t\n'; " +
+	"unset -f unset set exec exit command printf cd [ test 2>/dev/null || " +
+	"case ${BASH_VERSION-} in ?*) unset -f unset set exec exit command printf cd [ test; exit 125 ;; esac\n"
 
 // writePrelude resolves a symbolic link, refuses a directory and creates
 // the parent directories; it leaves the real path in $p, its directory in

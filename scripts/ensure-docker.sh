@@ -2,9 +2,13 @@
 # ensure-docker.sh — make sure a Docker daemon answers on the local socket.
 #
 # Idempotent: when a daemon already answers on /var/run/docker.sock (or on
-# DOCKER_HOST when that is a unix socket) it does nothing. Otherwise it
-#   1. installs Debian's docker.io (and busybox-static, which the Docker tests
-#      use to build their image) with apt-get when dockerd is missing,
+# DOCKER_HOST when that is a unix socket) and /bin/busybox is statically
+# linked, it does nothing. Otherwise it
+#   1. installs Debian's docker.io with apt-get when dockerd is missing, and
+#      busybox-static when /bin/busybox is missing or is not the static one
+#      (the Docker tests build their image from it, and the image holds no
+#      libraries: Debian's dynamically linked busybox package would give an
+#      image whose applets cannot start),
 #   2. picks a storage driver (overlay2 when /var/lib/docker sits on a
 #      filesystem that supports it, vfs otherwise),
 #   3. starts dockerd in the background, logging to $BERTH_DOCKERD_LOG
@@ -36,8 +40,18 @@ answers() {
 	curl -fsS --max-time 3 --unix-socket "$SOCK" http://localhost/_ping >/dev/null 2>&1
 }
 
+# static_busybox: /bin/busybox exists and loads no shared libraries. glibc's
+# ldd says "not a dynamic executable" (static) or "statically linked"
+# (static-pie) for those.
+static_busybox() {
+	[[ -x /bin/busybox ]] || return 1
+	local out
+	out=$(LC_ALL=C ldd /bin/busybox 2>&1 || true)
+	[[ $out == *"not a dynamic executable"* || $out == *"statically linked"* ]]
+}
+
 # Fast path: nothing to do.
-if answers && [[ -x /bin/busybox ]]; then
+if answers && static_busybox; then
 	say "daemon already answers on $SOCK"
 	exit 0
 fi
@@ -48,7 +62,12 @@ flock -w 300 9 || die "another ensure-docker.sh still holds $LOCK after 300s"
 
 need_pkgs=()
 command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
-[[ -x /bin/busybox ]] || need_pkgs+=(busybox-static)
+if ! static_busybox; then
+	if [[ -e /bin/busybox ]]; then
+		say "/bin/busybox is dynamically linked (Debian's busybox package?): installing busybox-static, which replaces it"
+	fi
+	need_pkgs+=(busybox-static)
+fi
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 if ((${#need_pkgs[@]})); then
 	[[ $(id -u) == 0 ]] || die "need root to install ${need_pkgs[*]}"
@@ -58,6 +77,7 @@ if ((${#need_pkgs[@]})); then
 	apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null ||
 		die "apt-get install ${need_pkgs[*]} failed"
 fi
+static_busybox || die "/bin/busybox is still not statically linked after installing busybox-static (ldd: $(LC_ALL=C ldd /bin/busybox 2>&1 | head -n 3 | tr '\n' ' '))"
 
 if answers; then
 	say "daemon already answers on $SOCK"

@@ -113,6 +113,13 @@ var (
 	guardPID  int
 )
 
+// guardianEnv is the guardian's whole environment. It outlives berth's
+// commands and, being an ordinary dumpable process of berth's user, its
+// /proc/<pid>/environ is readable by every command berth runs: it gets
+// nothing of berth's environment (provider keys, tokens; F9), and its mark
+// as an argument.
+var guardianEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+
 // startGuardian starts the guardian once. It is not berth's child in the
 // PR_SET_PDEATHSIG sense (no death signal), leads its own process group
 // (terminal signals do not reach it) and carries no mark. Failing to start
@@ -131,7 +138,7 @@ func startGuardian() {
 	cmd := exec.Command("/bin/sh", "-c", guardianScript, "berth-guardian", OwnerVar+"="+Owner())
 	cmd.Stdin = r
 	cmd.Dir = "/"
-	cmd.Env = withoutOwner(os.Environ())
+	cmd.Env = guardianEnv
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		r.Close()
@@ -149,18 +156,6 @@ func GuardianPID() int {
 	guardMu.Lock()
 	defer guardMu.Unlock()
 	return guardPID
-}
-
-// withoutOwner drops owner marks from an environment (a berth started by
-// another berth inherits that one's).
-func withoutOwner(env []string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, OwnerVar+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // ReapOrphans kills the processes, in this PID namespace and readable by

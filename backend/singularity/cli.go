@@ -88,7 +88,7 @@ func stripANSI(s string) string {
 // run runs one management command and returns its stdout.
 func (c *cli) run(ctx context.Context, extraEnv []string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, c.bin, args...)
-	cmd.Env = append(append(os.Environ(), c.env...), extraEnv...)
+	cmd.Env = append(append(hostEnv(os.Environ(), false), c.env...), extraEnv...)
 	cmd.WaitDelay = 5 * time.Second
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -111,7 +111,7 @@ func (c *cli) run(ctx context.Context, extraEnv []string, args ...string) (strin
 // it prints on stderr to line as it comes, and keeps the tail for errors.
 func (c *cli) runStreaming(ctx context.Context, extraEnv []string, line func(string), args ...string) error {
 	cmd := exec.CommandContext(ctx, c.bin, args...)
-	cmd.Env = append(append(os.Environ(), c.env...), extraEnv...)
+	cmd.Env = append(append(hostEnv(os.Environ(), true), c.env...), extraEnv...)
 	cmd.WaitDelay = 5 * time.Second
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw

@@ -34,6 +34,7 @@ func TestConformance(t *testing.T) {
 				{"OrphansCleaned", testOrphansCleaned},
 				{"TimeoutKillsTreeInstanceLives", testTimeoutKillsTreeInstanceLives},
 				{"EnvPassthroughOnly", testEnvPassthroughOnly},
+				{"NoHostEnvInInstance", testNoHostEnvInInstance},
 				{"LimitsReportedWhenNotEnforceable", testLimitsReported},
 				{"LimitsEnforcedWhenAllowed", testLimitsEnforced},
 				{"SIFCacheBuiltOnceConcurrently", testSIFCacheBuiltOnce},

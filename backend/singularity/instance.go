@@ -176,7 +176,10 @@ func usernsAllowed() bool {
 // whether to pass --cpus/--memory.
 func (b *Backend) startFlags(limits bool) []string {
 	s := b.set
-	f := []string{"instance", "start", "--containall", "--no-home"}
+	// --containall implies --cleanenv in Apptainer; it is spelled out so
+	// that the instance's processes start with a clean environment on
+	// every version and flavour, whatever the host's (N10).
+	f := []string{"instance", "start", "--containall", "--cleanenv", "--no-home"}
 	if b.overlayPath != "" {
 		f = append(f, "--overlay", b.overlayPath)
 	} else {

@@ -16,7 +16,9 @@
 // # Instance
 //
 // Each environment key gets the instance berth_<12 hex digits of the key's
-// SHA-256>, started with `instance start --containall --no-home` and:
+// SHA-256>, started with `instance start --containall --cleanenv --no-home`
+// (the apptainer processes get only the variables Apptainer reads, see
+// hostEnv) and:
 //   - with container_persistent, --overlay <scratch>/overlays/<instance>: a
 //     directory when running as root or with user namespaces and
 //     fuse-overlayfs, else an ext3 image made once by `overlay create
@@ -37,8 +39,9 @@
 //     running with a network).
 //
 // Beside the overlay, <scratch>/instances/<instance>.json records the key,
-// the settings' hash and the owner (boot id, pid and start time of the
-// berth process). `instance list --json` finds a running instance again: a
+// the settings' hash and the owner (boot id, pid, start time and PID
+// namespace of the berth process). `instance list --json` finds a running
+// instance again: a
 // later berth reattaches to it (and takes over the owner mark) when its
 // settings match, and replaces it otherwise. The first environment a berth
 // process creates in a scratch directory stops the instances of berths that
@@ -55,7 +58,8 @@
 // --pwd DIR instance://NAME ARGV...` run through hostproc. Apptainer joins
 // the instance's PID namespace for every exec, so the kill script run by one
 // exec sees and kills the tree of a command started by another. --cleanenv
-// keeps berth's environment (API keys included) out of the container;
+// and hostEnv keep berth's environment (API keys included) out of the
+// container and out of the host-side apptainer processes;
 // env_passthrough, docker_forward_env and singularity_forward_env variables
 // are returned by SessionEnv and exported by the session over the shell's
 // stdin, never in a command line. ProcSpec.Env entries reach the process through
@@ -346,7 +350,7 @@ func (b *Backend) exec(ps backend.ProcSpec) (backend.Process, error) {
 	}
 	args = append(args, ps.Argv...)
 	cmd := exec.Command(b.cli.bin, args...)
-	env := os.Environ()
+	env := hostEnv(os.Environ(), false)
 	for _, kv := range ps.Env {
 		env = append(env, "APPTAINERENV_"+kv, "SINGULARITYENV_"+kv)
 	}

@@ -493,6 +493,10 @@ func testNoNetworkAndBinds(t *testing.T, e *testEnv) {
 
 func testEnvAdmin(t *testing.T, e *testEnv) {
 	e = e.withScratch(t)
+	// An instance list of its own: List shows every berth_ instance of the
+	// user, and one another test leaves behind (a manager whose idle
+	// clean-up was cut short under load) is not this test's business.
+	apptainerenv.Isolate(t, e.bin)
 	key := randomKey()
 	opts := e.options(key, persistent)
 	b := newBackend(t, opts)
@@ -549,5 +553,41 @@ func testMissingBinary(t *testing.T, e *testEnv) {
 	fp := Doctor(context.Background(), e.options("", missing))
 	if fp.Usable || fp.Fix == "" {
 		t.Errorf("doctor with a missing executable: %+v", fp)
+	}
+}
+
+// testNoHostEnvInInstance is N10: berth's environment reaches no process
+// of the instance (PID 1 included: it used to hold every host variable,
+// provider keys too) and no host-side apptainer process berth starts (the
+// instance's monitor lives as long as the instance). Only this test
+// process, whose environment it is, holds the secret afterwards.
+func testNoHostEnvInInstance(t *testing.T, e *testEnv) {
+	// Unique per run: a concurrent run of this test elsewhere holds its
+	// own secret in its own environment.
+	secret := fmt.Sprintf("SINGSECRET-N10-%d-%d", os.Getpid(), time.Now().UnixNano())
+	t.Setenv("OPENAI_API_KEY", "sk-proj-"+secret)
+	t.Setenv("HOSTONLY_N10_VAR", "hostonly-"+secret) // a name no filter calls secret
+	b := newBackend(t, e.options("", nil))
+	out := mustRun(t, b, `for p in /proc/[0-9]*; do
+  if tr '\0' '\n' <"$p/environ" | grep -q `+secret+`; then echo "$p $(cat "$p/cmdline" | tr '\0' ' ')"; fi
+done 2>/dev/null; echo scanned`)
+	if out != "scanned\n" {
+		t.Errorf("host variables in the environ of processes inside the instance:\n%s", out)
+	}
+	if pid1 := mustRun(t, b, `tr '\0' '\n' </proc/1/environ | grep -c APPTAINER_ || true`); pid1 == "0\n" {
+		t.Errorf("the scan could not read /proc/1/environ inside the instance (no Apptainer variable in it)")
+	}
+	files, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, f := range files {
+		pid, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(f, "/proc/"), "/environ"))
+		if pid == os.Getpid() {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil || !strings.Contains(string(data), secret) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "cmdline"))
+		t.Errorf("host process %d holds a variable of berth's environment: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
 	}
 }

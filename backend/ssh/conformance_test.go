@@ -26,6 +26,7 @@ func TestConformance(t *testing.T) {
 			}{
 				{"LatencyReport", testLatencyReport},
 				{"SessionSurvivesDroppedConnection", testSessionSurvivesDroppedConnection},
+				{"SessionShellKilledBeforeDrop", testSessionShellKilledBeforeDrop},
 				{"WriteFileSFTP", testWriteFileSFTP},
 				{"WriteFileSFTPRefusals", testWriteFileSFTPRefusals},
 				{"WriteFileWithoutSFTP", testWriteFileWithoutSFTP},

@@ -98,37 +98,38 @@ func (p *process) serveRequests(reqs <-chan *gossh.Request) {
 		}
 	}
 	// The channel is closed: by the server, by Close, or because the
-	// connection died.
+	// connection died. The outcome is decided from facts that are settled
+	// by now, not from timers: transportConn records a failed read before
+	// x/crypto closes the channels of the dropped connection, so a channel
+	// that closed while the transport still worked was closed by the
+	// server (or by Close).
 	var err error
 	switch {
 	case p.closed.Load():
 		err = errors.New("ssh backend: process closed before it reported an exit status")
 	case !p.c.alive():
+		// The connection broke before berth saw the channel's end: the
+		// output may be cut short, even when the exit status came first.
+		// (A server that finished cleanly just before the link broke
+		// cannot be told apart from one cut off: x/crypto ends the channel
+		// the same way. Both count as cut short, never as complete.)
 		p.lost.Store(true)
 		err = p.lostError()
 	default:
-		select {
-		case <-p.exited:
-			// Normal end: exit status, then the channel closed.
-		case <-p.c.done:
-			// The connection ended for another reason than a read error.
-			p.lost.Store(true)
-			err = p.lostError()
-		case <-time.After(200 * time.Millisecond):
-			err = errors.New("ssh backend: remote process ended without reporting an exit status")
-		}
+		err = errors.New("ssh backend: remote process ended without reporting an exit status")
 	}
-	p.finish(-1, err)
+	p.finish(-1, err) // no-op when the status came first
 	close(p.chanDone)
 	p.b.release(p.c)
 }
 
+// lostError describes the lost connection once the connection has wound
+// down (the client's reader stopped, the route was closed and a proxy
+// command reaped), so the reason (a keep-alive timeout, the proxy
+// command's status) is always in it. That takes at most the proxy
+// command's grace after its output closed.
 func (p *process) lostError() error {
-	// Give the client a moment to record why the connection ended.
-	select {
-	case <-p.c.done:
-	case <-time.After(100 * time.Millisecond):
-	}
+	<-p.c.done
 	return fmt.Errorf("ssh backend: %s: %w", p.b.t, p.c.deathError())
 }
 

@@ -17,6 +17,12 @@ import (
 // proxyStderrMax bounds the ProxyCommand stderr kept for error messages.
 const proxyStderrMax = 4096
 
+// proxyGrace bounds how long Close waits for a command that closed its end
+// of the transport to exit by itself, so that its own exit status and
+// stderr are what errors report. A command that exits does so at once; the
+// bound is for one that closed its pipes and lingers.
+const proxyGrace = 2 * time.Second
+
 // ProxyCommandError reports that the ProxyCommand carrying the connection to
 // Host failed: it could not start, or it ended (Status) before or during
 // the SSH handshake. Stderr is the start of what it wrote on its stderr.
@@ -64,13 +70,15 @@ type proxyConn struct {
 	stderr  *cappedBuffer
 
 	stderrDone chan struct{} // closed once stderr is at its end (or closed)
-	ended      atomic.Bool   // a Read failed: the command closed its output
+	ended      atomic.Bool   // a Read or Write failed: the command closed its end
 
 	exited     chan struct{} // closed once the command has been reaped
 	waitErr    error         // set before exited is closed
-	selfExited bool          // it ended before stop killed it; set before stop returns
+	killed     bool          // stop sent SIGKILL to the group; set before stop returns
+	selfExited bool          // it ended by itself, not by stop's SIGKILL; set before stop returns
 
 	closeOnce sync.Once
+	onGrace   func() // tests: called when stop starts waiting for the command
 }
 
 var _ net.Conn = (*proxyConn)(nil)
@@ -138,16 +146,28 @@ func (pc *proxyConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-func (pc *proxyConn) Write(b []byte) (int, error) { return pc.w.Write(b) }
+// Write writes to the command's stdin. A write that fails (EPIPE: the
+// command closed its stdin, usually because it is exiting) counts as the
+// end of the transport, as a failed Read does: which of the two the SSH
+// handshake meets first when the command dies is a matter of scheduling,
+// and the command's own status must be reported either way.
+func (pc *proxyConn) Write(b []byte) (int, error) {
+	n, err := pc.w.Write(b)
+	if err != nil {
+		pc.ended.Store(true)
+	}
+	return n, err
+}
 
 // Close closes the pipes, kills the command's process group and reaps the
 // command. It is idempotent and returns once the command is gone. When the
-// command had already closed its output, it gets a moment to end by itself
-// first, so that its own exit status is what errors report.
+// command had already closed its end of the transport, it gets up to
+// proxyGrace to end by itself first, so that its own exit status is what
+// errors report.
 func (pc *proxyConn) Close() error {
 	grace := time.Duration(0)
 	if pc.ended.Load() {
-		grace = 500 * time.Millisecond
+		grace = proxyGrace
 	}
 	pc.stop(grace)
 	return nil
@@ -161,6 +181,9 @@ func (pc *proxyConn) stop(grace time.Duration) {
 		pc.w.Close()
 		pc.r.Close()
 		if grace > 0 {
+			if pc.onGrace != nil {
+				pc.onGrace()
+			}
 			select {
 			case <-pc.exited:
 			case <-time.After(grace):
@@ -168,13 +191,17 @@ func (pc *proxyConn) stop(grace time.Duration) {
 		}
 		select {
 		case <-pc.exited:
-			pc.selfExited = true
 		default:
+			pc.killed = true
 		}
 		// The group outlives its leader when the leader forked: kill it
 		// whether or not the leader is still there.
 		_ = syscall.Kill(-pc.cmd.Process.Pid, syscall.SIGKILL)
 		<-pc.exited
+		// Decided from the status, not from whether the reaper goroutine
+		// had run yet: a command that exited (or was killed by anyone
+		// else) before this SIGKILL reached it reports its own status.
+		pc.selfExited = !pc.killed || !killedBySIGKILL(pc.cmd.ProcessState)
 		// A process outside the group may still hold stderr open.
 		select {
 		case <-pc.stderrDone:
@@ -182,6 +209,15 @@ func (pc *proxyConn) stop(grace time.Duration) {
 		}
 		pc.errR.Close()
 	})
+}
+
+// killedBySIGKILL reports whether a reaped process died of SIGKILL.
+func killedBySIGKILL(st *os.ProcessState) bool {
+	if st == nil {
+		return false
+	}
+	ws, ok := st.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
 // failure describes how the command ended when it ended by itself: a

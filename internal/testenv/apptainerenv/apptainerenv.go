@@ -14,18 +14,23 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/a55dbaac/berth/internal/procmark"
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 )
 
@@ -135,11 +140,13 @@ func removeStale(keep string) {
 }
 
 // Require builds the stand-in once per test process, puts its directory
-// first on PATH for the test, and gives the test its own Apptainer user
-// configuration directory (APPTAINER_CONFIGDIR, where instances are
-// recorded) and cache (APPTAINER_CACHEDIR). At the end of the test every
-// instance still running there is stopped. It returns the directory holding
-// the `apptainer` executable.
+// first on PATH for the test, and gives the test a HOME of its own (see
+// Isolate), so that the instances it starts are listed where Apptainer
+// lists a user's instances, $HOME/.apptainer, and nowhere else. At the end
+// of the test every instance still running there is stopped. The first
+// call in a process also stops what test processes that are gone (killed,
+// or crashed before their clean-up) left running (see ReapLeftovers). It
+// returns the directory holding the `apptainer` executable.
 //
 // When root, bubblewrap or squashfs-tools are missing it skips the test,
 // except under CI (the CI variable set), where it fails it. It uses t.Setenv,
@@ -154,9 +161,20 @@ func Require(t testing.TB) string {
 		t.Fatalf("apptainerenv: %v", buildErr)
 	}
 	bin := filepath.Join(buildDir, "bin")
+	reapOnce.Do(func() {
+		reaped, err := ReapLeftovers(bin)
+		for _, r := range reaped {
+			t.Logf("apptainerenv: %s", r)
+		}
+		if err != nil {
+			t.Logf("apptainerenv: reaping instances of gone test processes: %v", err)
+		}
+	})
 	Isolate(t, bin)
 	return bin
 }
+
+var reapOnce sync.Once
 
 // RequireConf is Require with an apptainer.conf holding conf, in a fresh
 // install prefix (the stand-in reads <prefix>/etc/apptainer/apptainer.conf
@@ -200,20 +218,125 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
-// Isolate points PATH at bin first and gives the test fresh APPTAINER_CONFIGDIR
-// and APPTAINER_CACHEDIR directories; at cleanup it stops the instances left
-// there.
+// HomesDir is the directory under which Isolate makes every test's HOME:
+// <temp dir>/berth-apptainer-homes-<uid>. It is the same for every test
+// process of the user, so a later process finds what an earlier one left.
+func HomesDir() string { return homesDir }
+
+// homesDir is HomesDir; this package's tests point it elsewhere to play
+// test processes that died without racing the sweeps of real ones.
+var homesDir = filepath.Join(os.TempDir(), fmt.Sprintf("berth-apptainer-homes-%d", os.Getuid()))
+
+// ownerFile, in a test's HOME, holds the procmark mark of the test process
+// that made it.
+const ownerFile = ".berth-test-owner"
+
+// Isolate points PATH at bin first and gives the test a HOME of its own in
+// HomesDir, marked with this process (procmark), with APPTAINER_CONFIGDIR
+// and SINGULARITY_CONFIGDIR cleared: Apptainer (and the stand-in) then keep
+// the test's instance list in $HOME/.apptainer, apart from other tests and
+// from the user's own instances, and its cache in $HOME/.apptainer/cache.
+// At cleanup it stops the instances left there and removes the HOME; if the
+// process dies first, ReapLeftovers in a later one does.
 func Isolate(t testing.TB, bin string) {
 	t.Helper()
-	cfg := t.TempDir()
+	root := HomesDir()
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		t.Fatalf("apptainerenv: %v", err)
+	}
+	home, err := os.MkdirTemp(root, "home-")
+	if err != nil {
+		t.Fatalf("apptainerenv: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ownerFile), []byte(procmark.Self()+"\n"), 0o600); err != nil {
+		os.RemoveAll(home)
+		t.Fatalf("apptainerenv: %v", err)
+	}
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	t.Setenv("APPTAINER_CONFIGDIR", cfg)
-	t.Setenv("APPTAINER_CACHEDIR", filepath.Join(cfg, "cache"))
+	t.Setenv("HOME", home)
+	t.Setenv("APPTAINER_CONFIGDIR", "")
+	t.Setenv("SINGULARITY_CONFIGDIR", "")
+	t.Setenv("APPTAINER_CACHEDIR", filepath.Join(home, ".apptainer", "cache"))
 	t.Cleanup(func() {
-		cmd := exec.Command(filepath.Join(bin, "apptainer"), "-s", "instance", "stop", "--all", "--timeout", "5")
-		cmd.Env = append(os.Environ(), "APPTAINER_CONFIGDIR="+cfg)
-		cmd.Run() // rc 1 when none is left: that is the normal case
+		stopAll(bin, home) // status 1 when none is left: the normal case
+		os.RemoveAll(home)
 	})
+}
+
+// stopAll stops every instance listed under home.
+func stopAll(bin, home string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "apptainer"), "-s", "instance", "stop", "--all", "--timeout", "5")
+	cmd.Env = append(os.Environ(), "HOME="+home, "APPTAINER_CONFIGDIR=", "SINGULARITY_CONFIGDIR=")
+	return cmd.Run()
+}
+
+// ReapLeftovers stops the instances in every test HOME under HomesDir whose
+// test process is gone (procmark.Gone: it was killed, or died before its
+// clean-up), and removes those HOMEs; a HOME without an owner mark that is
+// more than a minute old counts as gone (its process died between making
+// it and marking it). HOMEs of live test processes, this one's included,
+// are left alone. It reports what it did, one line per HOME.
+func ReapLeftovers(bin string) ([]string, error) {
+	ents, err := os.ReadDir(HomesDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var did []string
+	var errs []error
+	for _, e := range ents {
+		home := filepath.Join(HomesDir(), e.Name())
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "home-") {
+			continue
+		}
+		owner, err := os.ReadFile(filepath.Join(home, ownerFile))
+		mark := strings.TrimSpace(string(owner))
+		switch {
+		case err == nil && !procmark.Gone(mark):
+			continue
+		case err != nil:
+			if info, serr := e.Info(); serr != nil || time.Since(info.ModTime()) < time.Minute {
+				continue
+			}
+		}
+		before := countInstances(home)
+		stopAll(bin, home)
+		if left := countInstances(home); left > 0 {
+			errs = append(errs, fmt.Errorf("%d instances under %s still run after instance stop --all", left, home))
+			continue
+		}
+		if err := os.RemoveAll(home); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		did = append(did, fmt.Sprintf("stopped %d instances left by gone test process %q and removed %s", before, mark, home))
+	}
+	return did, errors.Join(errs...)
+}
+
+// countInstances counts the instance records under home whose appinit
+// still runs (a record of a dead one is what `instance list` removes).
+func countInstances(home string) int {
+	files, _ := filepath.Glob(filepath.Join(home, ".apptainer", "instances", "app", "*", "*", "*", "*.json"))
+	n := 0
+	for _, f := range files {
+		var st struct {
+			PID       int    `json:"pid"`
+			StartTime uint64 `json:"standinStartTime"`
+		}
+		data, err := os.ReadFile(f)
+		if err != nil || json.Unmarshal(data, &st) != nil || st.PID <= 0 {
+			continue
+		}
+		if cur, ok := procmark.StartTime(st.PID); ok && cur == strconv.FormatUint(st.StartTime, 10) {
+			n++
+		}
+	}
+	return n
 }
 
 var (

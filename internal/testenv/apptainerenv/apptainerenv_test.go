@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a55dbaac/berth/internal/procmark"
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 	"github.com/sylabs/sif/v2/pkg/sif"
 )
@@ -626,4 +627,125 @@ func TestExecImageOneShot(t *testing.T) {
 
 func regexpMatch(pattern, s string) bool {
 	return regexp.MustCompile(pattern).MatchString(s)
+}
+
+// instanceEnviron reads the environment of an instance's PID 1 (appinit)
+// from inside the instance.
+func instanceEnviron(t *testing.T, name string) map[string]string {
+	t.Helper()
+	r := ok(t, "exec", "--cleanenv", "--pwd", "/", "instance://"+name, "cat", "/proc/1/environ")
+	env := map[string]string{}
+	for _, kv := range strings.Split(r.stdout, "\x00") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// N10, the stand-in's part: instance start --cleanenv (and --containall,
+// which implies it in Apptainer) gives the instance's processes a clean
+// environment, as Apptainer builds it for a container process; without
+// either, the caller's environment passes, as in Apptainer.
+func TestInstanceStartEnvironment(t *testing.T) {
+	Require(t)
+	img := SIF(t)
+	t.Setenv("BERTH_TEST_HOST_SECRET", "sk-host-secret-N10")
+	for _, c := range []struct {
+		name  string
+		flags []string
+		clean bool
+	}{
+		{"c1", []string{"--cleanenv", "--no-home", "--writable-tmpfs"}, true},
+		{"c2", []string{"--containall", "--no-home", "--writable-tmpfs"}, true},
+		{"c3", []string{"--no-home", "--writable-tmpfs"}, false},
+	} {
+		startInstance(t, img, c.name, c.flags...)
+		env := instanceEnviron(t, c.name)
+		if _, leaked := env["BERTH_TEST_HOST_SECRET"]; leaked == c.clean {
+			t.Errorf("instance start %s: host variable in /proc/1/environ: %v, want %v", strings.Join(c.flags, " "), leaked, !c.clean)
+		}
+		if env["APPTAINER_INSTANCE"] != c.name || env["PATH"] != "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" {
+			t.Errorf("instance start %s: /proc/1/environ lacks Apptainer's variables: %v", strings.Join(c.flags, " "), env)
+		}
+	}
+}
+
+// The instance list is per user home, as Apptainer's: a process with the
+// same HOME (another test process, berth's crash sweep) lists an instance
+// started by another, and one with another HOME does not.
+func TestInstanceListFollowsHome(t *testing.T) {
+	Require(t)
+	img := SIF(t)
+	home := os.Getenv("HOME")
+	startInstance(t, img, "h1", "--containall", "--no-home", "--writable-tmpfs")
+	host, _ := os.Hostname()
+	state := filepath.Join(home, ".apptainer", "instances", "app", host, "root", "h1", "h1.json")
+	if _, err := os.Stat(state); err != nil {
+		t.Fatalf("instance state not under $HOME/.apptainer: %v", err)
+	}
+	other := t.TempDir()
+	t.Setenv("HOME", other)
+	if l := list(t); len(l.Instances) != 0 {
+		t.Fatalf("another HOME lists %+v", l)
+	}
+	t.Setenv("HOME", home)
+	if l := list(t); len(l.Instances) != 1 || l.Instances[0].Instance != "h1" {
+		t.Fatalf("the instance's HOME lists %+v", l)
+	}
+}
+
+// A test process that is killed leaves its instances running in its HOME;
+// the next test process stops them and removes that HOME, and leaves the
+// HOMEs of live test processes alone.
+func TestLeftoversOfGoneTestProcessesAreReaped(t *testing.T) {
+	bin := Require(t)
+	img := SIF(t)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadMark := procmark.BootID() + "/" + strconv.Itoa(dead.Process.Pid) + "/1/" + procmark.PIDNamespace()
+	if !procmark.Gone(deadMark) {
+		t.Fatalf("test setup: %s is not gone", deadMark)
+	}
+	// A directory of its own: the first Require of any other test process
+	// would reap the HOME of the "gone" process in the shared one.
+	old := homesDir
+	homesDir = t.TempDir()
+	t.Cleanup(func() { homesDir = old })
+	makeHome := func(mark string) string {
+		home, err := os.MkdirTemp(HomesDir(), "home-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stopAll(bin, home); os.RemoveAll(home) })
+		if err := os.WriteFile(filepath.Join(home, ownerFile), []byte(mark+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return home
+	}
+	goneHome, liveHome := makeHome(deadMark), makeHome(procmark.Self())
+	pids := map[string]int{}
+	for name, home := range map[string]string{"gone1": goneHome, "live1": liveHome} {
+		t.Setenv("HOME", home)
+		pids[name] = startInstance(t, img, name, "--containall", "--no-home", "--writable-tmpfs")
+	}
+	did, err := ReapLeftovers(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("reaped: %q", did)
+	if syscall.Kill(pids["gone1"], 0) == nil {
+		t.Error("the instance of the gone test process still runs")
+	}
+	if _, err := os.Stat(goneHome); err == nil {
+		t.Error("the HOME of the gone test process was kept")
+	}
+	if syscall.Kill(pids["live1"], 0) != nil {
+		t.Error("the instance of a live test process was stopped")
+	}
+	if _, err := os.Stat(liveHome); err != nil {
+		t.Errorf("the HOME of a live test process was removed: %v", err)
+	}
 }

@@ -10,8 +10,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"debug/elf"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
@@ -28,6 +31,10 @@ import (
 
 // ImageRef is the tag of the test image Image builds.
 const ImageRef = "berth-test/base:1"
+
+// labelBusybox marks a test image whose busybox was checked to be
+// statically linked; an image without it is built again.
+const labelBusybox = "berth.test.busybox"
 
 // Require connects to the Docker daemon named by DOCKER_HOST (default
 // /var/run/docker.sock) and returns a client closed at the end of the test.
@@ -98,8 +105,13 @@ func Image(t testing.TB) string {
 func buildImage(cli *client.Client) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := cli.ImageInspect(ctx, ImageRef); err == nil {
-		return nil
+	if res, err := cli.ImageInspect(ctx, ImageRef); err == nil {
+		// An image imported before the static check may hold a
+		// dynamically linked busybox that cannot run: only one that
+		// says it was checked is reused.
+		if res.Config != nil && res.Config.Labels[labelBusybox] == "static" {
+			return nil
+		}
 	} else if !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("inspect %s: %w", ImageRef, err)
 	}
@@ -114,6 +126,7 @@ func buildImage(cli *client.Client) error {
 				`CMD ["/bin/sh"]`,
 				`ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
 				`LABEL berth.test=1`,
+				`LABEL ` + labelBusybox + `=static`,
 			},
 		})
 	if err != nil {
@@ -130,12 +143,14 @@ func buildImage(cli *client.Client) error {
 	return nil
 }
 
+// busybox is the host's busybox the test image is built from.
+var busybox = "/bin/busybox"
+
 // RootFS returns the tar archive Image imports (see Image for its contents).
 // It needs /bin/busybox (Debian's busybox-static) and /bin/bash on the host.
 func RootFS() ([]byte, error) {
-	const busybox = "/bin/busybox"
-	if _, err := os.Stat(busybox); err != nil {
-		return nil, fmt.Errorf("dockerenv: %s missing (apt-get install busybox-static, or run scripts/ensure-docker.sh): %w", busybox, err)
+	if err := checkStatic(busybox); err != nil {
+		return nil, err
 	}
 	bashPath, err := exec.LookPath("bash")
 	if err != nil {
@@ -248,6 +263,44 @@ func RootFS() ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// checkStatic makes sure path is a statically linked executable. The image
+// holds busybox alone, without the libraries a dynamically linked one
+// (Debian's busybox package) loads: every applet would fail to start in
+// the container, and every docker-backed test with it, far from the
+// cause.
+func checkStatic(path string) error {
+	fix := "apt-get install busybox-static (or run scripts/ensure-docker.sh)"
+	f, err := elf.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("dockerenv: %s is missing; the test image needs a statically linked busybox: %s", path, fix)
+		}
+		return fmt.Errorf("dockerenv: %s is not a readable executable (%v); the test image needs a statically linked busybox: %s", path, err, fix)
+	}
+	defer f.Close()
+	var interp string
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(b, 0); err == nil {
+				interp = strings.TrimRight(string(b), "\x00")
+			}
+			if interp == "" {
+				interp = "a program interpreter"
+			}
+		}
+	}
+	libs, _ := f.ImportedLibraries()
+	if interp != "" || len(libs) > 0 {
+		what := interp
+		if len(libs) > 0 {
+			what = strings.Join(libs, ", ")
+		}
+		return fmt.Errorf("dockerenv: %s is dynamically linked (it needs %s), so the test image built from it could not start a single applet; install the static one: %s", path, what, fix)
+	}
+	return nil
 }
 
 // sharedLibs lists the absolute paths of the libraries ldd reports for bin,

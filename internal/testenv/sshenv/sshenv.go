@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,9 +196,19 @@ func (s *Server) RestartWithNewHostKey(t testing.TB) {
 	}
 }
 
-// DropConnections kills (SIGKILL) every process below the listening sshd:
-// the per-connection sshd processes and the sessions they run. Clients see
-// their connections cut while the server keeps accepting new ones.
+// DropConnections cuts every connection as a network failure would: the
+// server side sends nothing more, not even what the death of a session's
+// processes would make it report. Clients see their connections end
+// without an exit status for what ran, while the server keeps accepting
+// new ones.
+//
+// It stops (SIGSTOP) every process below the listening sshd, listing them
+// again until no new one appears, and only then kills them (SIGKILL), the
+// per-connection sshd processes first. Killing them in one pass, children
+// first, let an sshd that was still running see its shell die and send
+// exit-signal KILL (and, its output closed, the channel's end) before its
+// own SIGKILL landed: under load a client then got "exit 137" instead of a
+// lost connection, depending on scheduling.
 func (s *Server) DropConnections(t testing.TB) {
 	t.Helper()
 	s.mu.Lock()
@@ -206,9 +217,35 @@ func (s *Server) DropConnections(t testing.TB) {
 	if cmd == nil {
 		t.Fatal("sshenv: DropConnections: sshd is not running")
 	}
-	for _, pid := range descendants(cmd.Process.Pid) {
+	stopped := map[int]bool{}
+	var order []int // parents before children
+	for round := 0; round < 50; round++ {
+		var fresh []int
+		for _, pid := range ancestorsFirst(cmd.Process.Pid) {
+			if !stopped[pid] {
+				fresh = append(fresh, pid)
+			}
+		}
+		if len(fresh) == 0 {
+			break
+		}
+		for _, pid := range fresh {
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+			stopped[pid] = true
+		}
+		order = append(order, fresh...)
+	}
+	for _, pid := range order {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+}
+
+// ancestorsFirst returns every process below pid, parents before their
+// children.
+func ancestorsFirst(pid int) []int {
+	d := descendants(pid) // deepest first
+	slices.Reverse(d)
+	return d
 }
 
 // FreezeConnections stops (SIGSTOP) every process below the listening sshd,

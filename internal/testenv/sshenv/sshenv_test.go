@@ -1,6 +1,8 @@
 package sshenv
 
 import (
+	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +99,44 @@ func TestSFTPSubsystemOption(t *testing.T) {
 	}
 	if sftpOffered(t, Start(t, WithoutSFTP())) {
 		t.Error("WithoutSFTP server accepted the sftp subsystem")
+	}
+}
+
+// TestDropConnectionsReportsNoExitStatus: a dropped connection looks like
+// a network failure to the client, every time: a running session ends
+// without an exit status (gossh's ExitMissingError or a transport error),
+// never with the status of a shell sshd saw die.
+func TestDropConnectionsReportsNoExitStatus(t *testing.T) {
+	s := Start(t)
+	for i := range 20 {
+		c := dialServer(t, s)
+		sess, err := c.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := sess.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sess.Start("echo started; sleep 30 & sleep 30"); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 8)
+		if _, err := io.ReadFull(out, buf); err != nil {
+			t.Fatal(err)
+		}
+		s.DropConnections(t)
+		done := make(chan error, 1)
+		go func() { done <- sess.Wait() }()
+		select {
+		case err := <-done:
+			var ee *gossh.ExitError
+			if errors.As(err, &ee) || err == nil {
+				t.Fatalf("round %d: the dropped session reported an exit status: %v", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: session survived DropConnections", i)
+		}
+		c.Close()
 	}
 }

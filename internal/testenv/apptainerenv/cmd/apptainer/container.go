@@ -36,9 +36,10 @@ type containerSpec struct {
 	Session       string     `json:"session,omitempty"` // made by the caller, else in Scratch
 
 	// Instance only.
-	StateFile string `json:"stateFile,omitempty"`
-	LogOut    string `json:"logOut,omitempty"`
-	LogErr    string `json:"logErr,omitempty"`
+	Env       []string `json:"env,omitempty"` // of the instance's processes (appinit)
+	StateFile string   `json:"stateFile,omitempty"`
+	LogOut    string   `json:"logOut,omitempty"`
+	LogErr    string   `json:"logErr,omitempty"`
 }
 
 // parseBinds parses --bind values: src[:dst[:ro|rw]], comma-separated lists

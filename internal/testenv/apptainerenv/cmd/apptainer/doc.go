@@ -41,8 +41,11 @@
 // # Files and directories
 //
 // The user configuration directory is APPTAINER_CONFIGDIR (or
-// SINGULARITY_CONFIGDIR), else ~/.apptainer with the home from the password
-// database. Instances are recorded in
+// SINGULARITY_CONFIGDIR), else $HOME/.apptainer (the password database's
+// home when HOME is unset, / when the home is unreadable), as Apptainer's
+// syfs.ConfigDir chooses it: one instance list per user, not per process,
+// which is how a later process (berth's crash sweep, the next test run)
+// finds the instances an earlier one left. Instances are recorded in
 // <configdir>/instances/app/<hostname>/<user>/<name>/<name>.json and log to
 // <configdir>/instances/logs/<hostname>/<user>/<name>.{out,err} (appended to,
 // kept across starts), as Apptainer does. The JSON holds Apptainer's fields
@@ -107,6 +110,12 @@
 // exec is first converted to a SIF in <cachedir>/standin-sif.
 //
 // # Instances
+//
+// The instance's processes (appinit) get the environment Apptainer builds
+// for a container process (see exec below): clean with --cleanenv or
+// --containall (Apptainer's --containall implies --cleanenv), the caller's
+// otherwise. APPTAINER_COMMAND is "start" there (guess). The monitor keeps
+// the environment instance start was given, as Apptainer's starter does.
 //
 // instance start validates (name, duplicate, image, overlays, binds, limits)
 // with Apptainer's messages, then starts a monitor process, detached in its

@@ -53,12 +53,14 @@ func execCmd(args []string) error {
 	return execImage(&f, target, argv)
 }
 
-// execEnv builds the environment of the container process as Apptainer
-// does: the host's (PATH replaced, the host PATH kept as USER_PATH) unless
-// --cleanenv, Apptainer's own variables, then APPTAINERENV_*/SINGULARITYENV_*,
-// --env-file and --env. It also returns the names set explicitly, which the
-// image's environment does not override.
-func execEnv(f *actionFlags, image, instance, home string) ([]string, []string, error) {
+// containerEnv builds the environment of the container process as
+// Apptainer does (env.SetContainerEnv, for exec and for an instance's
+// processes alike): the host's (PATH replaced, the host PATH kept as
+// USER_PATH) unless --cleanenv or --containall, Apptainer's own variables
+// (APPTAINER_COMMAND is command), then APPTAINERENV_*/SINGULARITYENV_*,
+// --env-file and --env. It also returns the names set explicitly, which
+// the image's environment does not override.
+func containerEnv(f *actionFlags, command, image, instance, home string) ([]string, []string, error) {
 	env := map[string]string{}
 	if !f.cleanEnv && !f.containAll {
 		for _, kv := range os.Environ() {
@@ -85,7 +87,7 @@ func execEnv(f *actionFlags, image, instance, home string) ([]string, []string, 
 	env["HOME"] = home
 	for _, p := range []string{"APPTAINER_", "SINGULARITY_"} {
 		env[p+"APPNAME"] = ""
-		env[p+"COMMAND"] = "exec"
+		env[p+"COMMAND"] = command
 		env[p+"CONTAINER"] = image
 		env[p+"ENVIRONMENT"] = "/.singularity.d/env/91-environment.sh"
 		env[p+"NAME"] = filepath.Base(image)
@@ -162,7 +164,7 @@ func execInstance(f *actionFlags, name string, argv []string) error {
 	if home == "" {
 		home = currentUser().home
 	}
-	env, forced, err := execEnv(f, s.Image, name, home)
+	env, forced, err := containerEnv(f, "exec", s.Image, name, home)
 	if err != nil {
 		return fatalf("%v", err)
 	}
@@ -376,7 +378,7 @@ func execImage(f *actionFlags, imageArg string, argv []string) error {
 	if err := limitsCheck(loadConf(), spec.Limits); err != nil {
 		return fatalf("%v", err)
 	}
-	env, forced, err := execEnv(f, image, "", spec.Home)
+	env, forced, err := containerEnv(f, "exec", image, "", spec.Home)
 	if err != nil {
 		return fatalf("%v", err)
 	}

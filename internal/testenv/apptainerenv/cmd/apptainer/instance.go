@@ -287,6 +287,12 @@ func instanceStartCmd(args []string) error {
 		return starterFail(err.Error())
 	}
 	spec.Name = name
+	// The instance's processes get the container environment Apptainer
+	// builds (clean with --cleanenv or --containall); the monitor keeps the
+	// environment instance start was given, as Apptainer's starter does.
+	if spec.Env, _, err = containerEnv(&f, "start", image, name, spec.Home); err != nil {
+		return fatalf("%v", err)
+	}
 	spec.StateFile = instanceFile(name)
 	spec.LogOut, spec.LogErr = logPaths(name)
 
@@ -424,6 +430,7 @@ func monitorMain() int {
 	}
 	var bwrapErr bytes.Buffer
 	cmd := exec.Command("bwrap", bwrapArgs(&spec, root.root, true, 3, []string{"/proc/self/fd/4", cmdAppinit})...)
+	cmd.Env = spec.Env // bwrap passes it on to appinit
 	cmd.Stdout = os.Stdout
 	cmd.Stderr = io.MultiWriter(os.Stderr, &bwrapErr)
 	cmd.ExtraFiles = []*os.File{infoW, self, readyW}

@@ -29,13 +29,26 @@ func currentUser() userInfo {
 	return u
 }
 
-// configDir is the user configuration directory: APPTAINER_CONFIGDIR, else
-// ~/.apptainer (the home from the password database, as Apptainer does).
+// configDir is the user configuration directory, where the instance list
+// lives, chosen as Apptainer's syfs.ConfigDir does: APPTAINER_CONFIGDIR
+// (or SINGULARITY_CONFIGDIR), else $HOME/.apptainer, with the home from
+// the password database when HOME is unset, and / when the home cannot be
+// read. So every process of a user with one HOME shares one list, and a
+// process given a HOME of its own has its own.
 func configDir() string {
 	if d := envString("CONFIGDIR"); d != "" {
 		return d
 	}
-	return filepath.Join(currentUser().home, ".apptainer")
+	home := os.Getenv("HOME")
+	if home == "" {
+		home = currentUser().home
+	}
+	if f, err := os.Open(home); err != nil {
+		home = "/"
+	} else {
+		f.Close()
+	}
+	return filepath.Join(home, ".apptainer")
 }
 
 func hostname() string {
