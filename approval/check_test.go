@@ -440,8 +440,14 @@ func BenchmarkCheck(b *testing.B) {
 // holds after them.
 func TestHostileInputs(t *testing.T) {
 	p := DefaultPolicy()
+	n := 250000 // 500 KB: the depth that overflowed the parser's stack (F4)
 	for name, cmd := range map[string]string{
-		"nested substitutions": "echo " + strings.Repeat("$(", 2000) + strings.Repeat(")", 2000),
+		"nested parentheses":   strings.Repeat("((", n/2) + "true" + strings.Repeat("))", n/2),
+		"nested substitutions": "echo " + strings.Repeat("$(", n) + strings.Repeat(")", n),
+		"nested arithmetic":    "echo $((" + strings.Repeat("(", n) + "1" + strings.Repeat(")", n) + "))",
+		"nested bash -c":       "bash -c '" + strings.Repeat("((", n/2) + "1" + strings.Repeat("))", n/2) + "'",
+		"nested eval":          "eval '" + strings.Repeat("$(", n) + strings.Repeat(")", n) + "'",
+		"heredoc to bash":      "bash <<'EOF'\n" + strings.Repeat("(", n) + "true" + strings.Repeat(")", n) + "\nEOF",
 		"doubling variable":    "X=a; " + strings.Repeat("X=$X$X; ", 60) + "true",
 		"brace product":        "echo " + strings.Repeat("{a,b,c}", 40),
 		"nested shells":        strings.Repeat(`bash -c "`, 1) + strings.Repeat(`eval `, 200) + `ls"`,

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/a55dbaac/berth/internal/shparse"
 	"mvdan.cc/sh/v3/syntax"
 )
 
@@ -606,7 +607,7 @@ const dynMark = "BERTH_UNKNOWN_9f1c"
 // reports the text as dynamic when a mark lands in command position.
 func (s *scanner) dynamicProgram(a arg, seg string) {
 	marked := markUnknown(a.node.Parts)
-	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(marked), "")
+	f, err := shparse.Parse(marked)
 	if err != nil {
 		s.add("dynamic-command", seg, a.source())
 		return

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/a55dbaac/berth/internal/shparse"
 )
 
 // Answer is the human's answer to a Question.
@@ -171,8 +173,14 @@ func (g *Gate) EndSession(session string) {
 // taken from ctx (WithAsker); without one, a command that needs approval is
 // blocked.
 func (g *Gate) Command(ctx context.Context, session, command string, c Context) *Decision {
+	return g.CommandScript(ctx, session, shparse.New(command), c)
+}
+
+// CommandScript is Command for a command already parsed (shparse.New), so
+// that the caller's one parse serves the gate, the session and the result.
+func (g *Gate) CommandScript(ctx context.Context, session string, sc *shparse.Script, c Context) *Decision {
 	p := g.Policy()
-	return g.decide(ctx, session, p, p.Check(command, c), c, "command")
+	return g.decide(ctx, session, p, p.CheckScript(sc, c), c, "command")
 }
 
 // Write decides whether a file tool may write path, like Command.
@@ -298,9 +306,13 @@ func allowPatterns(need []Finding) []string {
 // blocked is the decision for a command that needed approval nobody gave.
 func (g *Gate) blocked(p *Policy, v Verdict, reason string) *Decision {
 	f := v.Need[0]
+	why := f.Rule.Description
+	if (f.Rule.ID == "too-deep" || f.Rule.ID == "unparsed") && f.Detail != "" {
+		why += ": " + f.Detail
+	}
 	return newDecision(Blocked, ByRule, v.Need, "", fmt.Sprintf(
 		"BLOCKED: %s needs the user's approval (%s: %s), and %s. Nothing was run; do not try to get around this. %s",
-		quoteCmd(v.Subject), f.Rule.ID, f.Rule.Description, reason, g.howToAllow(p, v)))
+		quoteCmd(v.Subject), f.Rule.ID, why, reason, g.howToAllow(p, v)))
 }
 
 // howToAllow tells the user how to let such a command run.

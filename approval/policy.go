@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/a55dbaac/berth/internal/shparse"
 )
 
 // Configuration keys the approval model reads (the lead's config package
@@ -189,8 +191,14 @@ type Verdict struct {
 // rules, approvals.deny, the floor, the allowlist and the mode, in that
 // order.
 func (p *Policy) Check(command string, c Context) Verdict {
-	s := scan(command, c)
-	return p.judge(clip(command), s.findings, s.segments, command, c)
+	return p.CheckScript(shparse.New(command), c)
+}
+
+// CheckScript is Check for a command already parsed (shparse.New): the
+// caller's one parse of the command serves the check too.
+func (p *Policy) CheckScript(sc *shparse.Script, c Context) Verdict {
+	s := scan(sc, c)
+	return p.judge(clip(sc.Text), s.findings, s.segments, sc.Text, c)
 }
 
 // CheckWrite checks a write by the file tools (write_file, patch) to path,

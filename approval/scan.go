@@ -2,11 +2,13 @@ package approval
 
 import (
 	"bytes"
+	"errors"
 	"path"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/a55dbaac/berth/internal/shparse"
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -120,11 +122,11 @@ type scanner struct {
 	stopped    bool
 }
 
-// scan checks command and returns its findings and every simple command
-// it contains (normalized).
-func scan(command string, c Context) *scanner {
+// scan checks a parsed command and returns its findings and every simple
+// command it contains (normalized).
+func scan(sc *shparse.Script, c Context) *scanner {
 	s := newScanner(c)
-	s.script(command, command)
+	s.parsed(sc.Text, sc.File, sc.Err, sc.Text)
 	return s
 }
 
@@ -171,8 +173,20 @@ func (s *scanner) script(text, display string) {
 		s.add("too-deep", clip(display), "")
 		return
 	}
-	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(text), "")
-	if err != nil {
+	f, err := shparse.Parse(text)
+	s.parsed(text, f, err, display)
+}
+
+// parsed walks the tree f of text, or, when text did not parse (err),
+// reports why and checks it word by word.
+func (s *scanner) parsed(text string, f *syntax.File, err error, display string) {
+	var ne *shparse.NestingError
+	switch {
+	case errors.As(err, &ne):
+		s.add("too-deep", clip(display), err.Error())
+		s.fallback(text)
+		return
+	case err != nil:
 		s.add("unparsed", clip(display), err.Error())
 		s.fallback(text)
 		return

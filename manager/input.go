@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/a55dbaac/berth/internal/shparse"
 	"github.com/a55dbaac/berth/process"
 	"github.com/a55dbaac/berth/terminal"
 )
@@ -71,6 +72,9 @@ func (m *Manager) gateInput(ctx context.Context, key string, req process.Request
 			req.Action, p.ID, maxInputLine)}
 	}
 	if end >= 0 {
+		if err := shparse.Check(text[:end+1]); err != nil {
+			return process.Result{"status": "error", "session_id": p.ID, "error": fmt.Sprintf("%s to %s refused: %v", req.Action, p.ID, err)}
+		}
 		c := m.approvalContext(m.liveEnv(key), p.Cwd)
 		if d := m.gate.Command(ctx, key, text[:end+1], c); !d.Allowed() {
 			return process.Result{"status": "blocked", "session_id": p.ID, "error": d.Err().Error(), "approval": d}

@@ -20,6 +20,7 @@ import (
 	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/shparse"
 	"github.com/a55dbaac/berth/process"
 	"github.com/a55dbaac/berth/session"
 	"github.com/a55dbaac/berth/terminal"
@@ -304,7 +305,7 @@ func (m *Manager) Background(ctx context.Context, key string, req terminal.Reque
 	if err != nil {
 		return process.StartError(err)
 	}
-	d := m.gate.Command(ctx, key, req.Command, m.approvalContext(env, req.Workdir))
+	d := m.gate.CommandScript(ctx, key, shparse.New(req.Command), m.approvalContext(env, req.Workdir))
 	if !d.Allowed() {
 		res := process.StartError(d.Err())
 		res.Approval = d
@@ -347,7 +348,11 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 	if err != nil {
 		return terminal.ErrorResult(err)
 	}
-	d := m.gate.Command(ctx, key, req.Command, m.approvalContext(env, req.Workdir))
+	// The command is parsed once (terminal.Validate has bounded its
+	// nesting): the gate, the session and the result read the same tree.
+	sc := shparse.New(req.Command)
+	actx := m.approvalContext(env, req.Workdir)
+	d := m.gate.CommandScript(ctx, key, sc, actx)
 	if !d.Allowed() {
 		res := terminal.ErrorResult(d.Err())
 		res.Approval = d
@@ -356,7 +361,7 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 	// The call is registered while it runs: process list shows it, and
 	// process detach (or a command still running at its timeout with
 	// on_timeout background) moves it to the background under its id.
-	fg := m.procs.BeginForeground(key, req.Command, m.approvalContext(env, req.Workdir).Cwd)
+	fg := m.procs.BeginForeground(key, req.Command, actx.Cwd)
 	if ch := process.DetachFrom(ctx); ch != nil {
 		stop := make(chan struct{})
 		defer close(stop)
@@ -368,7 +373,9 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 			}
 		}()
 	}
-	res := env.RunCall(ctx, req, fg.Call())
+	call := fg.Call()
+	call.Script = sc
+	res := env.RunCall(ctx, req, call)
 	m.procs.End(fg, env, req.Command, res)
 	res.Approval = d
 	return res
