@@ -45,13 +45,13 @@ func deepForms(n int) map[string]string {
 		"<< in ${}":         "echo \"${x#<<EOF}\"\n" + r("(", n) + "true" + r(")", n),
 		"quote in ${}":      "echo \"${x#'}\" " + r("(", n) + "true" + r(")", n) + " \"'\"",
 		// The body of a here-document with a bare delimiter is expanded.
-		"heredoc arith":          "cat <<EOF\n$((" + r("(", n) + "1" + r(")", n) + "))\nEOF\n",
-		"heredoc index":          "cat <<EOF\n${a[" + r("a[", n) + "1" + r("]", n) + "]}\nEOF\n",
-		"heredoc subst":          "cat <<EOF\n" + r("$(", n) + "x" + r(")", n) + "\nEOF\n",
-		"second heredoc":         "cat <<'A' <<B\n((((\nA\n$((" + r("(", n) + "1" + r(")", n) + "))\nB\n",
-		"unterminated heredoc":   "cat <<EOF\n$((" + r("(", n) + "1" + r(")", n) + "))\n",
-		"heredoc in subst":       r("$(cat <<E\n", n) + "x\n",
-		"heredoc in heredoc":     r("cat <<E\n$(cat <<E\n", n) + "x\n",
+		"heredoc arith":           "cat <<EOF\n$((" + r("(", n) + "1" + r(")", n) + "))\nEOF\n",
+		"heredoc index":           "cat <<EOF\n${a[" + r("a[", n) + "1" + r("]", n) + "]}\nEOF\n",
+		"heredoc subst":           "cat <<EOF\n" + r("$(", n) + "x" + r(")", n) + "\nEOF\n",
+		"second heredoc":          "cat <<'A' <<B\n((((\nA\n$((" + r("(", n) + "1" + r(")", n) + "))\nB\n",
+		"unterminated heredoc":    "cat <<EOF\n$((" + r("(", n) + "1" + r(")", n) + "))\n",
+		"heredoc in subst":        r("$(cat <<E\n", n) + "x\n",
+		"heredoc in heredoc":      r("cat <<E\n$(cat <<E\n", n) + "x\n",
 		"deep after flat heredoc": "cat <<'EOF'\nflat\nEOF\n" + r("(", n) + "true" + r(")", n),
 	}
 }
