@@ -1,0 +1,110 @@
+package approval
+
+import (
+	"strings"
+)
+
+// diskChecks are the tools that format, wipe or write raw disks.
+func diskChecks() map[string]check {
+	mkfs := check{[]string{"mkfs-device"}, func(s *scanner, c call) { s.mkfs(c.args, c.seg) }}
+	return map[string]check{
+		"mkfs": mkfs, "mke2fs": mkfs, "mkswap": mkfs, "mkdosfs": mkfs, "mkntfs": mkfs, "mkexfatfs": mkfs, "mkvfat": mkfs,
+		"dd": {append([]string{"dd-if"}, writeRules...), func(s *scanner, c call) {
+			for _, a := range c.args {
+				v := a.first()
+				switch {
+				case strings.HasPrefix(v, "of="):
+					s.writeTarget(suffix(a, 3), c.seg)
+				case strings.HasPrefix(v, "if="):
+					s.add("dd-if", c.seg, v[3:])
+				}
+			}
+		}},
+		"shred": {append([]string{"disk-wipe"}, writeRules...), func(s *scanner, c call) {
+			for _, t := range parseOpts(c.args, "ns", []string{"iterations", "size", "random-source"}, true).operands {
+				if s.deviceArg(t) {
+					s.add("disk-wipe", c.seg, t.show())
+				} else {
+					s.writeTarget(t, c.seg)
+				}
+			}
+		}},
+		"wipefs": {[]string{"disk-wipe"}, func(s *scanner, c call) {
+			o := parseOpts(c.args, "oOt", []string{"offset", "output", "types", "backup"}, true)
+			if (o.has('a') || o.hasLong("all") || o.has('o') || o.hasLong("offset")) && !o.has('n') && !o.hasLong("no-act") {
+				s.devices(o.operands, "disk-wipe", c.seg)
+			}
+		}},
+		"sgdisk": {[]string{"disk-wipe"}, func(s *scanner, c call) {
+			zap := false
+			for _, a := range c.args {
+				v := a.first()
+				if v == "--zap-all" || v == "--zap" || v == "--clear" {
+					zap = true
+				}
+				if len(v) > 1 && v[0] == '-' && v[1] != '-' && strings.Trim(v[1:], "Zzo") == "" {
+					zap = true
+				}
+			}
+			if zap {
+				s.devices(operandsOnly(c.args), "disk-wipe", c.seg)
+			}
+		}},
+		"blkdiscard": {[]string{"disk-wipe"}, func(s *scanner, c call) {
+			s.devices(parseOpts(c.args, "olps", []string{"offset", "length", "step"}, true).operands, "disk-wipe", c.seg)
+		}},
+		"parted": {[]string{"disk-wipe"}, func(s *scanner, c call) {
+			for _, a := range c.args {
+				switch strings.ToLower(a.first()) {
+				case "mklabel", "mktable", "rm", "mkpart", "resizepart":
+					s.devices(operandsOnly(c.args), "disk-wipe", c.seg)
+					return
+				}
+			}
+		}},
+		"sfdisk": {[]string{"disk-wipe"}, partitionTable},
+		"fdisk":  {[]string{"disk-wipe"}, partitionTable},
+	}
+}
+
+// partitionTable checks sfdisk and fdisk: anything but a listing rewrites
+// the partition table of the device.
+func partitionTable(s *scanner, c call) {
+	for _, a := range c.args {
+		switch a.first() {
+		case "-l", "--list", "-d", "--dump", "-V", "--verify", "-s", "--show-size", "-g", "--show-geometry", "-J", "--json", "-h", "--help":
+			return
+		}
+	}
+	if c.name == "fdisk" && c.io.stdinText == nil && len(c.io.up) == 0 && !c.io.stdinFile {
+		return // interactive: the agent's stdin is empty
+	}
+	s.devices(operandsOnly(c.args), "disk-wipe", c.seg)
+}
+
+// mkfs checks the formatting tools: a device (or a name only known at run
+// time) as target is on the floor; an image file is fine.
+func (s *scanner) mkfs(args []arg, seg string) {
+	valued := map[string]bool{"-L": true, "-n": true, "-U": true, "-t": true, "-T": true, "-O": true, "-E": true,
+		"-b": true, "-N": true, "-I": true, "-m": true, "-d": true, "-l": true, "-r": true, "-s": true, "-i": true,
+		"-C": true, "-g": true, "-G": true, "-e": true, "-o": true, "--label": true, "--type": true}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		v := a.first()
+		if valued[v] {
+			if i+1 < len(args) && s.deviceArg(args[i+1]) && !args[i+1].dyn {
+				s.add("mkfs-device", seg, args[i+1].show())
+				return
+			}
+			i++
+			continue
+		}
+		if strings.HasPrefix(v, "-") && !a.dyn {
+			continue
+		}
+		if s.deviceArg(a) {
+			s.add("mkfs-device", seg, a.show())
+			return
+		}
+	}
+}

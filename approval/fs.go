@@ -1,0 +1,399 @@
+package approval
+
+import (
+	"path"
+	"strings"
+)
+
+// fsChecks are the programs that remove, move, copy, change permissions
+// of or edit files, and cd, which moves the working directory the paths of
+// the commands after it are read from.
+func fsChecks() map[string]check {
+	rm := check{append([]string{"rm-system-dir", "no-preserve-root", "rm-recursive", "xargs-rm"}, writeRules...), func(s *scanner, c call) {
+		s.rm(c.name, c.args, c.io, c.seg)
+	}}
+	perm := check{[]string{"chmod-system-dir", "no-preserve-root", "chmod-world-writable", "chmod-recursive", "chown-recursive-root"}, func(s *scanner, c call) {
+		s.chperm(c.name, c.args, c.seg)
+	}}
+	copies := check{writeRules, func(s *scanner, c call) { s.copyLike(c.name, c.args, c.seg) }}
+	cd := check{nil, func(s *scanner, c call) { s.cd(c.args) }}
+	extract := check{writeRules, func(s *scanner, c call) { s.extract(c.name, c.args, c.seg) }}
+	writes := func(shortVal string, longVal ...string) check {
+		return check{writeRules, func(s *scanner, c call) {
+			for _, t := range parseOpts(c.args, shortVal, longVal, true).operands {
+				s.writeTarget(t, c.seg)
+			}
+		}}
+	}
+	return map[string]check{
+		"cd": cd, "pushd": cd,
+		"rm": rm, "unlink": rm,
+		"chmod": perm, "chown": perm, "chgrp": perm,
+		"mv": {append([]string{"mv-system-dir"}, writeRules...), func(s *scanner, c call) { s.mv(c.args, c.seg) }},
+		"cp": copies, "install": copies, "ln": copies, "rsync": copies,
+		"tee":      writes(""),
+		"truncate": writes("sr", "size", "reference"),
+		"touch":    writes("dtr", "date", "reference", "time"),
+		"sed":      {writeRules, func(s *scanner, c call) { s.sed(c.args, c.seg) }},
+		"tar":      extract, "unzip": extract,
+		"find": {[]string{"find-delete"}, func(s *scanner, c call) { s.find(c.args, c.seg) }},
+	}
+}
+
+// cd follows the working directory through the command.
+func (s *scanner) cd(args []arg) {
+	o := parseOpts(args, "", nil, false)
+	if len(o.operands) == 0 {
+		if s.ctx.Home != "" {
+			s.cwd = path.Clean(s.ctx.Home)
+		} else {
+			s.cwd = homeMark
+		}
+		return
+	}
+	v, ok := o.operands[0].lit()
+	if !ok || v == "-" || strings.HasPrefix(v, "+") {
+		s.cwd = ""
+		return
+	}
+	p, abs := s.resolvePath(v)
+	if !abs {
+		s.cwd = ""
+		return
+	}
+	s.cwd = p
+}
+
+// rm checks rm and unlink.
+func (s *scanner) rm(name string, args []arg, io ioInfo, seg string) {
+	o := parseOpts(args, "", nil, true)
+	rec := o.has('r') || o.has('R') || o.hasLong("recursive")
+	if o.hasLong("no-preserve-root") {
+		s.add("no-preserve-root", seg, "")
+	}
+	routine := len(o.operands) > 0 && !io.xargs
+	for _, t := range o.operands {
+		lit, isLit := t.lit()
+		if !isLit {
+			routine = false
+		}
+		for _, v := range t.vals {
+			if v == "" {
+				continue
+			}
+			p, abs := s.resolvePath(v)
+			if rec && abs && s.isFloorTree(p) {
+				s.add("rm-system-dir", seg, p)
+			}
+			if id := s.sensitiveWrite(p); id != "" && mustRule(id).Level == Dangerous {
+				s.add(id, seg, p)
+			}
+			if isLit && !s.routineRemoval(lit, p) {
+				routine = false
+			}
+		}
+	}
+	if rec && !routine {
+		s.add("rm-recursive", seg, "")
+	}
+	if io.xargs && name == "rm" {
+		s.add("xargs-rm", seg, "")
+	}
+}
+
+// chperm checks chmod, chown and chgrp.
+func (s *scanner) chperm(name string, args []arg, seg string) {
+	rec, noPreserve, reference := false, false, false
+	var operands []arg
+	ended := false
+	for _, a := range args {
+		v := a.first()
+		switch {
+		case ended:
+			operands = append(operands, a)
+		case v == "--":
+			ended = true
+		case strings.HasPrefix(v, "--"):
+			switch {
+			case v == "--recursive":
+				rec = true
+			case v == "--no-preserve-root":
+				noPreserve = true
+			case strings.HasPrefix(v, "--reference"):
+				reference = true
+			}
+		case len(v) > 1 && v[0] == '-' && (name != "chmod" || strings.Trim(v[1:], "cfvRhHLP") == ""):
+			if strings.Contains(v, "R") {
+				rec = true
+			}
+		default:
+			operands = append(operands, a)
+		}
+	}
+	if noPreserve {
+		s.add("no-preserve-root", seg, "")
+	}
+	var spec arg
+	targets := operands
+	if !reference && len(operands) > 0 {
+		spec, targets = operands[0], operands[1:]
+	}
+	if rec {
+		for _, t := range targets {
+			for _, v := range t.vals {
+				if p, abs := s.resolvePath(v); abs && s.isFloorTree(p) {
+					s.add("chmod-system-dir", seg, p)
+				}
+			}
+		}
+	}
+	switch name {
+	case "chmod":
+		if !reference && worldWritable(spec.first()) {
+			s.add("chmod-world-writable", seg, spec.first())
+		}
+		if rec {
+			s.add("chmod-recursive", seg, "")
+		}
+	case "chown":
+		owner := spec.first()
+		if i := strings.IndexAny(owner, ":."); i >= 0 {
+			owner = owner[:i]
+		}
+		if rec && !reference && (owner == "root" || owner == "0") {
+			s.add("chown-recursive-root", seg, spec.first())
+		}
+	}
+}
+
+// worldWritable reports whether a chmod mode gives others write access.
+func worldWritable(mode string) bool {
+	if mode == "" {
+		return false
+	}
+	if strings.Trim(mode, "01234567") == "" {
+		return len(mode) >= 3 && (mode[len(mode)-1]-'0')&2 != 0
+	}
+	for _, clause := range strings.Split(mode, ",") {
+		who := strings.TrimLeft(clause, "ugoa")
+		whoPart := clause[:len(clause)-len(who)]
+		if !strings.ContainsAny(whoPart, "oa") {
+			continue
+		}
+		// who is now ops and perms: [+-=]perms...
+		op := byte(0)
+		for i := 0; i < len(who); i++ {
+			c := who[i]
+			switch {
+			case c == '+' || c == '-' || c == '=':
+				op = c
+			case c == 'w' && (op == '+' || op == '='):
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mv checks mv: moving a system directory away is on the floor; its sources
+// and destination are writes.
+func (s *scanner) mv(args []arg, seg string) {
+	o := parseOpts(args, "tS", []string{"target-directory", "suffix"}, true)
+	sources := o.operands
+	var dest []arg
+	if t, ok := o.val('t'); ok {
+		dest = []arg{t}
+	} else if t, ok := o.longVal("target-directory"); ok {
+		dest = []arg{t}
+	} else if len(sources) >= 2 {
+		dest = sources[len(sources)-1:]
+		sources = sources[:len(sources)-1]
+	}
+	for _, src := range sources {
+		for _, v := range src.vals {
+			if p, abs := s.resolvePath(v); abs && s.isFloorTree(p) {
+				s.add("mv-system-dir", seg, p)
+			}
+		}
+		s.writeTarget(src, seg)
+	}
+	for _, d := range dest {
+		s.writeTarget(d, seg)
+		s.intoDir(d, sources, seg)
+	}
+}
+
+// intoDir checks dest/base(source) for each source, for copies into a
+// directory (cp .bashrc ~).
+func (s *scanner) intoDir(dest arg, sources []arg, seg string) {
+	for _, src := range sources {
+		b := path.Base(src.first())
+		if b == "" || b == "." || b == "/" {
+			continue
+		}
+		for _, v := range dest.vals {
+			if v != "" {
+				s.writeTarget(litArg(strings.TrimSuffix(v, "/")+"/"+b), seg)
+			}
+		}
+	}
+}
+
+// copyLike checks cp, install, ln and rsync destinations.
+func (s *scanner) copyLike(name string, args []arg, seg string) {
+	shortVal := "tS"
+	if name == "install" {
+		shortVal = "tSmog"
+	}
+	if name == "rsync" {
+		shortVal = "eTfB"
+	}
+	o := parseOpts(args, shortVal, []string{"target-directory", "suffix", "mode", "owner", "group", "rsh", "temp-dir", "filter", "exclude", "include", "files-from", "backup-dir", "partial-dir"}, true)
+	if name == "install" && o.has('d') {
+		for _, t := range o.operands {
+			s.writeTarget(t, seg)
+		}
+		return
+	}
+	sources := o.operands
+	var dest arg
+	if t, ok := o.val('t'); ok && name != "rsync" {
+		dest = t
+	} else if t, ok := o.longVal("target-directory"); ok {
+		dest = t
+	} else if len(sources) >= 2 {
+		dest = sources[len(sources)-1]
+		sources = sources[:len(sources)-1]
+	} else {
+		return
+	}
+	if name == "rsync" && strings.Contains(dest.first(), ":") {
+		return // remote destination
+	}
+	s.writeTarget(dest, seg)
+	s.intoDir(dest, sources, seg)
+}
+
+// sed checks sed -i: the files it edits are writes.
+func (s *scanner) sed(args []arg, seg string) {
+	inPlace, scriptGiven := false, false
+	var operands []arg
+	for i := 0; i < len(args); i++ {
+		v := args[i].first()
+		switch {
+		case v == "--in-place" || strings.HasPrefix(v, "--in-place="):
+			inPlace = true
+		case v == "--expression" || v == "--file":
+			scriptGiven = true
+			i++
+		case strings.HasPrefix(v, "--expression=") || strings.HasPrefix(v, "--file="):
+			scriptGiven = true
+		case strings.HasPrefix(v, "--"):
+		case len(v) > 1 && v[0] == '-':
+		cluster:
+			for j := 1; j < len(v); j++ {
+				switch v[j] {
+				case 'i':
+					inPlace = true
+					break cluster
+				case 'e', 'f':
+					scriptGiven = true
+					if j == len(v)-1 {
+						i++
+					}
+					break cluster
+				case 'l':
+					if j == len(v)-1 {
+						i++
+					}
+					break cluster
+				}
+			}
+		default:
+			operands = append(operands, args[i])
+		}
+	}
+	if !inPlace {
+		return
+	}
+	if !scriptGiven && len(operands) > 0 {
+		operands = operands[1:]
+	}
+	for _, f := range operands {
+		s.writeTarget(f, seg)
+	}
+}
+
+// extract checks where tar -x and unzip put files.
+func (s *scanner) extract(name string, args []arg, seg string) {
+	var dir *arg
+	extracting := name == "unzip"
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		v := a.first()
+		switch {
+		case name == "tar" && i == 0 && !strings.HasPrefix(v, "-") && strings.Contains(v, "x"):
+			extracting = true
+		case name == "tar" && (v == "--extract" || v == "--get"):
+			extracting = true
+		case name == "tar" && (v == "-C" || v == "--directory") && i+1 < len(args):
+			i++
+			dir = &args[i]
+		case name == "tar" && strings.HasPrefix(v, "--directory="):
+			d := suffix(a, len("--directory="))
+			dir = &d
+		case name == "unzip" && v == "-d" && i+1 < len(args):
+			i++
+			dir = &args[i]
+		case name == "tar" && len(v) > 1 && v[0] == '-' && v[1] != '-' && strings.Contains(v, "x"):
+			extracting = true
+		}
+	}
+	if !extracting {
+		return
+	}
+	if dir == nil {
+		d := litArg(".")
+		dir = &d
+	}
+	s.writeTarget(*dir, seg)
+}
+
+// find checks -delete and -exec rm, and checks the -exec command itself.
+func (s *scanner) find(args []arg, seg string) {
+	for i := 0; i < len(args); i++ {
+		switch args[i].first() {
+		case "-delete":
+			s.add("find-delete", seg, "-delete")
+		case "-exec", "-execdir", "-ok", "-okdir":
+			j := i + 1
+			for j < len(args) && args[j].first() != ";" && args[j].first() != "+" {
+				j++
+			}
+			inner := args[i+1 : j]
+			if len(inner) > 0 {
+				name, _ := s.innerName(inner)
+				if name == "rm" || name == "shred" || name == "unlink" {
+					s.add("find-delete", seg, "-exec "+name)
+				}
+				s.command(inner, ioInfo{}, "")
+			}
+			i = j
+		}
+	}
+}
+
+// perlInPlace checks perl -i: the files it edits are writes.
+func (s *scanner) perlInPlace(args []arg, seg string) {
+	o := parseOpts(args, "eEIMmlx", nil, true)
+	if !o.has('i') {
+		return
+	}
+	files := o.operands
+	if !o.has('e') && !o.has('E') && len(files) > 0 {
+		files = files[1:]
+	}
+	for _, f := range files {
+		s.writeTarget(f, seg)
+	}
+}

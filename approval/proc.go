@@ -1,0 +1,129 @@
+package approval
+
+import (
+	"strings"
+)
+
+// procChecks are the programs that signal processes, stop services or
+// take the machine away (power).
+func procChecks() map[string]check {
+	power := check{[]string{"power"}, func(s *scanner, c call) {
+		for _, a := range c.args {
+			switch a.first() {
+			case "--help", "--version", "-c":
+				return
+			case "-k", "-w", "--wtmp-only":
+				return
+			}
+		}
+		s.add("power", c.seg, c.name)
+	}}
+	runlevel := check{[]string{"power"}, func(s *scanner, c call) {
+		if len(c.args) > 0 {
+			switch c.args[0].first() {
+			case "0", "1", "6", "s", "S", "single", "halt":
+				s.add("power", c.seg, c.name+" "+c.args[0].first())
+			}
+		}
+	}}
+	byName := check{[]string{"kill-9-by-name"}, func(s *scanner, c call) {
+		if sigKill(c.args) {
+			s.add("kill-9-by-name", c.seg, "")
+		}
+	}}
+	return map[string]check{
+		"kill":     {[]string{"kill-all"}, func(s *scanner, c call) { s.kill(c.args, c.seg) }},
+		"killall5": {[]string{"kill-all"}, func(s *scanner, c call) { s.add("kill-all", c.seg, "") }},
+		"pkill":    byName, "killall": byName,
+		"shutdown": power, "reboot": power, "halt": power, "poweroff": power,
+		"init": runlevel, "telinit": runlevel,
+		"systemctl": {[]string{"power", "systemctl-stop"}, func(s *scanner, c call) { s.systemctl(c.args, c.seg) }},
+		"service": {[]string{"systemctl-stop"}, func(s *scanner, c call) {
+			if len(c.args) >= 2 {
+				switch c.args[1].first() {
+				case "stop", "disable", "mask":
+					s.add("systemctl-stop", c.seg, c.args[0].show())
+				}
+			}
+		}},
+	}
+}
+
+// kill checks for pid -1 (every process).
+func (s *scanner) kill(args []arg, seg string) {
+	i := 0
+	sigSeen := false
+	for i < len(args) {
+		v := args[i].first()
+		switch {
+		case v == "--":
+			i++
+		case v == "-l" || v == "-L" || v == "--list" || v == "--table":
+			return
+		case !sigSeen && (v == "-s" || v == "-n" || v == "--signal"):
+			sigSeen = true
+			i += 2
+			continue
+		case !sigSeen && len(v) > 1 && v[0] == '-':
+			sigSeen = true
+			i++
+			continue
+		}
+		break
+	}
+	for ; i < len(args); i++ {
+		for _, v := range args[i].vals {
+			if v == "-1" {
+				s.add("kill-all", seg, "-1")
+				return
+			}
+		}
+	}
+}
+
+// sigKill reports whether pkill/killall args choose SIGKILL.
+func sigKill(args []arg) bool {
+	isKill := func(v string) bool {
+		v = strings.ToUpper(strings.TrimPrefix(v, "SIG"))
+		v = strings.TrimPrefix(v, "SIG")
+		return v == "9" || v == "KILL"
+	}
+	for i, a := range args {
+		v := a.first()
+		switch {
+		case v == "-9" || strings.EqualFold(v, "-KILL") || strings.EqualFold(v, "-SIGKILL"):
+			return true
+		case (v == "-s" || v == "--signal") && i+1 < len(args) && isKill(strings.ToUpper(args[i+1].first())):
+			return true
+		case strings.HasPrefix(v, "--signal=") && isKill(strings.ToUpper(v[len("--signal="):])):
+			return true
+		case strings.HasPrefix(v, "-s") && len(v) > 2 && isKill(strings.ToUpper(v[2:])):
+			return true
+		}
+	}
+	return false
+}
+
+// systemctl checks systemctl verbs.
+func (s *scanner) systemctl(args []arg, seg string) {
+	o := parseOpts(args, "HMtspnoP", []string{"host", "machine", "type", "signal", "property", "lines", "output",
+		"job-mode", "kill-whom", "kill-value", "root", "image", "what", "boot-loader-menu", "boot-loader-entry",
+		"reboot-argument", "timestamp", "check-inhibitors", "preset-mode", "message", "when", "state"}, true)
+	if len(o.operands) == 0 {
+		return
+	}
+	verb := o.operands[0].first()
+	switch verb {
+	case "poweroff", "reboot", "halt", "kexec", "emergency", "rescue", "soft-reboot", "suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate":
+		s.add("power", seg, "systemctl "+verb)
+	case "isolate", "start":
+		for _, u := range o.operands[1:] {
+			switch strings.TrimSuffix(u.first(), ".target") {
+			case "poweroff", "reboot", "halt", "kexec", "rescue", "emergency", "runlevel0", "runlevel6", "runlevel1":
+				s.add("power", seg, "systemctl "+verb+" "+u.first())
+			}
+		}
+	case "stop", "disable", "mask", "kill":
+		s.add("systemctl-stop", seg, verb)
+	}
+}

@@ -1,0 +1,387 @@
+package approval
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/a55dbaac/berth/internal/shparse"
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// shellChecks are the shells, eval and source, the builtins that take
+// shell text (alias, trap), and the interpreters of other languages.
+func shellChecks() map[string]check {
+	t := map[string]check{
+		"eval": {[]string{"pipe-to-shell", "dynamic-command"}, func(s *scanner, c call) {
+			if len(c.args) > 0 {
+				s.scriptArg(joinArgs(c.args), c.seg)
+			}
+		}},
+		"source": {[]string{"pipe-to-shell"}, sourceCheck},
+		".":      {[]string{"pipe-to-shell"}, sourceCheck},
+		"alias": {[]string{"dynamic-command"}, func(s *scanner, c call) {
+			for _, a := range c.args {
+				if _, val, ok := strings.Cut(a.first(), "="); ok {
+					s.scriptArg(arg{vals: []string{val}, dyn: a.dyn, src: a.source()}, c.seg)
+				}
+			}
+		}},
+		"trap": {nil, func(s *scanner, c call) {
+			if len(c.args) > 1 {
+				s.scriptArg(c.args[0], c.seg)
+			}
+		}},
+		"perl": {[]string{"pipe-to-shell", "shell-from-pipe"}, func(s *scanner, c call) {
+			s.perlInPlace(c.args, c.seg)
+			s.interpreter(c.name, c.args, c.io, c.seg)
+		}},
+	}
+	for name := range shells {
+		t[name] = check{[]string{"pipe-to-shell", "shell-from-pipe", "dynamic-command"}, func(s *scanner, c call) {
+			s.shell(c.args, c.io, c.seg)
+		}}
+	}
+	for _, name := range interpreters {
+		if _, ok := t[name]; !ok {
+			t[name] = check{[]string{"pipe-to-shell"}, func(s *scanner, c call) {
+				s.interpreter(c.name, c.args, c.io, c.seg)
+			}}
+		}
+	}
+	return t
+}
+
+// sourceCheck checks source and .: a script fetched from the network.
+func sourceCheck(s *scanner, c call) {
+	if len(c.args) > 0 && s.fetches(c.args[0].node) {
+		s.add("pipe-to-shell", c.seg, "")
+	}
+}
+
+// interpreters run programs in another language; python3.N and python2.N
+// are found by prefix (prefixChecks).
+var interpreters = []string{"python", "python2", "python3", "pypy", "pypy3", "perl", "ruby", "node", "nodejs", "php", "lua", "deno", "bun"}
+
+var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true, "rbash": true, "yash": true, "posh": true, "fish": true, "tcsh": true, "csh": true}
+
+// scriptArg checks shell text that a command runs (sh -c, eval, su -c,
+// ssh host cmd). Unknown parts are read as empty for the checks; when an
+// unknown part would be a program name, the text is dynamic.
+func (s *scanner) scriptArg(a arg, seg string) {
+	if a.node != nil && s.fetches(a.node) {
+		s.add("pipe-to-shell", seg, "")
+	}
+	for i, v := range a.vals {
+		if i >= 4 {
+			break
+		}
+		s.script(v, seg)
+	}
+	if a.dyn && a.node != nil {
+		s.dynamicProgram(a, seg)
+	} else if a.dyn {
+		s.add("dynamic-command", seg, a.source())
+	}
+}
+
+// dynMark stands for an unknown part when shell text is checked for
+// programs only known at run time.
+const dynMark = "BERTH_UNKNOWN_9f1c"
+
+// dynamicProgram re-reads shell text with its unknown parts marked, and
+// reports the text as dynamic when a mark lands in command position.
+func (s *scanner) dynamicProgram(a arg, seg string) {
+	marked := markUnknown(a.node.Parts)
+	f, err := shparse.Parse(marked)
+	if err != nil {
+		s.add("dynamic-command", seg, a.source())
+		return
+	}
+	syntax.Walk(f, func(n syntax.Node) bool {
+		if c, ok := n.(*syntax.CallExpr); ok && len(c.Args) > 0 && strings.Contains(printWord(c.Args[0]), dynMark) {
+			s.add("dynamic-command", seg, a.source())
+		}
+		return true
+	})
+}
+
+// markUnknown renders word parts with literal parts kept and every
+// expansion replaced by dynMark.
+func markUnknown(ps []syntax.WordPart) string {
+	var b strings.Builder
+	for _, p := range ps {
+		switch p := p.(type) {
+		case *syntax.Lit:
+			b.WriteString(unescapeLit(p.Value))
+		case *syntax.SglQuoted:
+			if p.Dollar {
+				b.WriteString(ansiC(p.Value))
+			} else {
+				b.WriteString(p.Value)
+			}
+		case *syntax.DblQuoted:
+			for _, q := range p.Parts {
+				if l, ok := q.(*syntax.Lit); ok {
+					b.WriteString(unescapeDQ(l.Value))
+				} else {
+					b.WriteString(dynMark)
+				}
+			}
+		default:
+			b.WriteString(dynMark)
+		}
+	}
+	return b.String()
+}
+
+// fetches reports whether n contains a command that downloads (curl, wget),
+// e.g. the $(curl ...) of bash -c "$(curl ...)" or the <(curl ...) of
+// sh <(curl ...).
+func (s *scanner) fetches(n syntax.Node) bool {
+	if n == nil {
+		return false
+	}
+	if w, ok := n.(*syntax.Word); ok && w == nil {
+		return false
+	}
+	found := false
+	syntax.Walk(n, func(m syntax.Node) bool {
+		if st, ok := m.(*syntax.Stmt); ok {
+			if name, _ := s.stageCommand(st); fetchers[name] {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
+}
+
+// stageCommand returns the program a statement runs, wrappers removed.
+func (s *scanner) stageCommand(st *syntax.Stmt) (string, []arg) {
+	call, ok := st.Cmd.(*syntax.CallExpr)
+	if !ok || len(call.Args) == 0 {
+		return "", nil
+	}
+	return s.innerName(s.words(call.Args))
+}
+
+// pipeSeg returns a pipeline's text, for findings about the pipeline.
+func (s *scanner) pipeSeg(up []*syntax.Stmt, seg string) string {
+	var parts []string
+	for _, st := range up {
+		if call, ok := st.Cmd.(*syntax.CallExpr); ok {
+			parts = append(parts, s.segment(s.words(call.Args), ""))
+		}
+	}
+	return clip(strings.Join(append(parts, seg), " | "))
+}
+
+// shell checks sh/bash/... with their options: -c text is checked as a
+// script; without -c or a script file the shell runs its stdin.
+func (s *scanner) shell(args []arg, io ioInfo, seg string) {
+	cflag, sflag := false, false
+	i := 0
+loop:
+	for ; i < len(args); i++ {
+		v := args[i].first()
+		switch {
+		case v == "--" || v == "-":
+			i++
+			break loop
+		case strings.HasPrefix(v, "--"):
+			if v == "--rcfile" || v == "--init-file" {
+				i++
+			}
+		case len(v) > 1 && (v[0] == '-' || v[0] == '+'):
+			skip := 0
+			for _, ch := range v[1:] {
+				switch ch {
+				case 'c':
+					cflag = true
+				case 's':
+					sflag = true
+				case 'o', 'O':
+					skip++
+				}
+			}
+			i += skip
+		default:
+			break loop
+		}
+	}
+	var operands []arg
+	if i < len(args) {
+		operands = args[i:]
+	}
+	switch {
+	case cflag:
+		if len(operands) > 0 {
+			restore := s.positional(operands[1:])
+			s.scriptArg(operands[0], seg)
+			restore()
+		}
+	case len(operands) > 0 && !sflag:
+		if s.fetches(operands[0].node) {
+			s.add("pipe-to-shell", seg, "")
+		}
+	default:
+		s.stdinCode(io, seg, true)
+	}
+}
+
+// positional sets $0, $1 ... $@ for the text of sh -c TEXT NAME ARGS...,
+// and returns a function that restores the previous values.
+func (s *scanner) positional(args []arg) func() {
+	names := []string{"@", "*", "#"}
+	for i := range 10 {
+		names = append(names, strconv.Itoa(i))
+	}
+	saved := map[string]*cands{}
+	for _, n := range names {
+		if c, ok := s.vars[n]; ok {
+			saved[n] = &c
+		} else {
+			saved[n] = nil
+		}
+		delete(s.vars, n)
+	}
+	var all cands
+	for i, a := range args {
+		c := cands{vals: a.vals, dyn: a.dyn}
+		if i < 10 {
+			s.vars[strconv.Itoa(i)] = c
+		}
+		if i > 0 {
+			all = union(all, c)
+		}
+	}
+	if len(args) > 1 {
+		s.vars["@"], s.vars["*"] = all, all
+	} else {
+		s.vars["@"], s.vars["*"] = one(""), one("")
+	}
+	for i := len(args); i < 10; i++ {
+		s.vars[strconv.Itoa(i)] = one("")
+	}
+	s.vars["#"] = one(strconv.Itoa(max(len(args)-1, 0)))
+	return func() {
+		for n, c := range saved {
+			if c == nil {
+				delete(s.vars, n)
+			} else {
+				s.vars[n] = *c
+			}
+		}
+	}
+}
+
+// stdinCode checks what a shell (asShell) or another interpreter reads as
+// its program from stdin.
+func (s *scanner) stdinCode(io ioInfo, seg string, asShell bool) {
+	if io.stdinText != nil {
+		if asShell {
+			s.script(*io.stdinText, seg)
+		}
+		return
+	}
+	if len(io.up) == 0 {
+		return
+	}
+	for _, up := range io.up {
+		if name, _ := s.stageCommand(up); fetchers[name] {
+			s.add("pipe-to-shell", s.pipeSeg(io.up, seg), "")
+			return
+		}
+	}
+	if !asShell {
+		return
+	}
+	lastSt := io.up[len(io.up)-1]
+	name, argv := s.stageCommand(lastSt)
+	switch name {
+	case "echo", "printf":
+		text, ok := literalOutput(name, argv[1:])
+		if ok {
+			s.script(text, seg)
+			return
+		}
+	case "cat":
+		if len(operandsOnly(argv[1:])) > 0 {
+			return // a script file
+		}
+		for _, r := range lastSt.Redirs {
+			if r.Op == syntax.Hdoc || r.Op == syntax.DashHdoc || r.Op == syntax.WordHdoc {
+				w := r.Hdoc
+				if r.Op == syntax.WordHdoc {
+					w = r.Word
+				}
+				s.script(s.wordCands(w).vals[0], seg)
+				return
+			}
+		}
+	}
+	s.add("shell-from-pipe", s.pipeSeg(io.up, seg), name)
+}
+
+// literalOutput returns what echo or printf prints when every word is known.
+func literalOutput(name string, args []arg) (string, bool) {
+	var lits []string
+	for _, a := range args {
+		v, ok := a.lit()
+		if !ok {
+			return "", false
+		}
+		lits = append(lits, v)
+	}
+	if name == "printf" {
+		if len(lits) == 0 {
+			return "", false
+		}
+		f := strings.ReplaceAll(lits[0], `\n`, "\n")
+		if strings.Contains(f, "%") {
+			if f == "%s\n" || f == "%s" {
+				return strings.Join(lits[1:], "\n"), true
+			}
+			return "", false
+		}
+		return f, true
+	}
+	for len(lits) > 0 && (lits[0] == "-n" || lits[0] == "-e" || lits[0] == "-E") {
+		lits = lits[1:]
+	}
+	return strings.Join(lits, " "), true
+}
+
+// interpreter checks an interpreter that may run code piped from the
+// network.
+func (s *scanner) interpreter(name string, args []arg, io ioInfo, seg string) {
+	codeFlags := map[string]string{"perl": "eE", "ruby": "e", "node": "ep", "nodejs": "ep", "php": "r", "lua": "e"}[name]
+	if strings.HasPrefix(name, "python") || strings.HasPrefix(name, "pypy") {
+		codeFlags = "cm"
+	}
+	var first *arg
+	for i := range args {
+		v := args[i].first()
+		if v == "--eval" || v == "--print" || v == "eval" || v == "run" {
+			return
+		}
+		if len(v) > 1 && v[0] == '-' && v[1] != '-' {
+			if strings.ContainsAny(v[1:2], codeFlags) {
+				return
+			}
+			continue
+		}
+		if strings.HasPrefix(v, "--") {
+			continue
+		}
+		first = &args[i]
+		break
+	}
+	if first != nil && first.first() != "-" {
+		if s.fetches(first.node) {
+			s.add("pipe-to-shell", seg, "")
+		}
+		return
+	}
+	s.stdinCode(io, seg, false)
+}
