@@ -27,8 +27,9 @@ type check struct {
 // checks maps a program's base name to its check. Each family of programs
 // has its table in its own file: fs.go (removal, permissions, copies,
 // in-place edits), disk.go (formatting and wiping), fetch.go (downloads),
-// vcs.go (git), db.go (SQL clients), proc.go (signals, services, power)
-// and shell.go (shells, eval, interpreters); wrappers.go holds the
+// vcs.go (git), db.go (SQL clients), proc.go (signals, services, power),
+// shell.go (shells, eval, interpreters, the builtins that set variables)
+// and berth.go (berth itself, and Hermes' configuration); wrappers.go holds the
 // programs that run another command (sudo, env, xargs ...).
 var checks map[string]check
 
@@ -45,7 +46,7 @@ var prefixChecks = []struct {
 
 func init() {
 	checks = map[string]check{}
-	for _, family := range []func() map[string]check{fsChecks, diskChecks, fetchChecks, vcsChecks, dbChecks, procChecks, shellChecks} {
+	for _, family := range []func() map[string]check{fsChecks, diskChecks, fetchChecks, vcsChecks, dbChecks, procChecks, shellChecks, berthChecks, varChecks} {
 		for name, c := range family() {
 			if _, dup := checks[name]; dup {
 				panic("approval: two checks for " + name)
@@ -73,7 +74,7 @@ func lookupCheck(name string) (check, bool) {
 // command, rather than a program's checker: writes through redirections,
 // fork bombs, and what it cannot follow.
 var scannerRules = []string{"dynamic-command", "unparsed", "too-deep", "fork-bomb", "disk-write", "sysrq",
-	"write-etc", "write-ssh", "write-shell-rc", "write-netrc", "write-dotenv", "write-berth-config"}
+	"write-etc", "write-ssh", "write-shell-rc", "write-netrc", "write-dotenv", "write-berth-config", "berth-env"}
 
 // command checks one simple command.
 func (s *scanner) command(argv []arg, io ioInfo, redir string) {
@@ -112,6 +113,9 @@ func (s *scanner) program(name string, args []arg, io ioInfo, seg, redir string)
 	if w, ok := s.unwrap(name, args); ok {
 		for _, t := range w.writes {
 			s.writeTarget(t, seg)
+		}
+		for _, v := range w.sets {
+			s.setsVarWord(v, seg)
 		}
 		if w.script != nil {
 			s.scriptArg(*w.script, seg)
@@ -231,15 +235,20 @@ func parseOpts(args []arg, shortVal string, longVal []string, permute bool) *opt
 
 // stripAssigns drops leading NAME=value words (env, sudo).
 func stripAssigns(args []arg) []arg {
-	for len(args) > 0 {
-		v := args[0].first()
-		name, _, ok := strings.Cut(v, "=")
+	_, rest := splitAssigns(args)
+	return rest
+}
+
+// splitAssigns splits leading NAME=value words (env, sudo) from the
+// command line after them.
+func splitAssigns(args []arg) (assigns, rest []arg) {
+	for i, a := range args {
+		name, _, ok := strings.Cut(a.first(), "=")
 		if !ok || !isName(name) {
-			break
+			return args[:i], args[i:]
 		}
-		args = args[1:]
 	}
-	return args
+	return args, nil
 }
 
 func isName(s string) bool {

@@ -64,8 +64,22 @@
 //     interactive berth shell): once, this session, always (saved into
 //     command_allowlist), or deny. No answer within approvals.timeout
 //     (default 60 s) denies; no way to ask blocks with a "BLOCKED: ..."
-//     message that gives the exact `berth config set` lines that would allow
-//     it. smart mode (an LLM judging commands) is not supported.
+//     message. The message speaks about the user and names no command,
+//     key or value that would allow it: whatever berth prints reaches the
+//     agent first, and a recipe there is an instruction to the agent.
+//     smart mode (an LLM judging commands) is not supported.
+//
+// The agent cannot lower the gate it runs behind: writing berth's (or
+// Hermes') configuration — berth config set|edit|unset, hermes config
+// set, a redirection, cp, sed -i, yq -i, or code of another language that
+// names the file — is write-berth-config; a nested berth that runs
+// commands (berth exec|shell|mcp|serve, berth-engine ..., daemon stop, env
+// rm) is nested-berth, since it obeys approvals of its own; setting,
+// exporting or unsetting BERTH_APPROVALS_*, BERTH_CONFIG, BERTH_HOME,
+// BERTH_OWNER, BERTH_PARENT_POLICY or BERTH_NO_DAEMON is berth-env. All
+// three are asked in manual mode. In mode off the user has chosen to run
+// every dangerous command unasked, these included; "rule:write-berth-config"
+// (or the other two) in approvals.deny refuses them in every mode.
 //
 // # The floor
 //

@@ -36,7 +36,31 @@ func fsChecks() map[string]check {
 		"touch":    writes("dtr", "date", "reference", "time"),
 		"sed":      {writeRules, func(s *scanner, c call) { s.sed(c.args, c.seg) }},
 		"tar":      extract, "unzip": extract,
-		"find": {[]string{"find-delete"}, func(s *scanner, c call) { s.find(c.args, c.seg) }},
+		"find":   {[]string{"find-delete"}, func(s *scanner, c call) { s.find(c.args, c.seg) }},
+		"yq":     {writeRules, func(s *scanner, c call) { s.yq(c.args, c.seg) }},
+		"sponge": writes(""),
+	}
+}
+
+// yq checks yq -i (--inplace): the files after the expression are edited
+// in place.
+func (s *scanner) yq(args []arg, seg string) {
+	o := parseOpts(args, "ICoOpPs", []string{"indent", "output-format", "input-format", "expression", "from-file", "split-exp"}, true)
+	if !o.has('i') && !o.hasLong("inplace") && !o.hasLong("in-place") {
+		return
+	}
+	files := o.operands
+	if len(files) > 0 {
+		switch files[0].first() {
+		case "eval", "e", "eval-all", "ea":
+			files = files[1:]
+		}
+	}
+	if _, ok := o.longVal("expression"); !ok && !o.hasLong("from-file") && len(files) > 0 {
+		files = files[1:]
+	}
+	for _, f := range files {
+		s.writeTarget(f, seg)
 	}
 }
 

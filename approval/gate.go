@@ -228,7 +228,7 @@ func (g *Gate) decide(ctx context.Context, session string, p *Policy, v Verdict,
 	case err != nil && (timedOut || errors.Is(err, context.DeadlineExceeded)):
 		d := newDecision(Denied, ByTimeout, v.Need, "", fmt.Sprintf(
 			"BLOCKED: the user did not answer within %s whether to allow %s, so it was denied. Nothing was run; do not retry it without asking the user. %s",
-			g.opts.Timeout.Round(time.Second), quoteCmd(v.Subject), g.howToAllow(p, v)))
+			g.opts.Timeout.Round(time.Second), quoteCmd(v.Subject), howToAllow))
 		return d
 	case errors.Is(err, ErrCannotAsk):
 		return g.blocked(p, v, err.Error())
@@ -312,12 +312,11 @@ func (g *Gate) blocked(p *Policy, v Verdict, reason string) *Decision {
 	}
 	return newDecision(Blocked, ByRule, v.Need, "", fmt.Sprintf(
 		"BLOCKED: %s needs the user's approval (%s: %s), and %s. Nothing was run; do not try to get around this. %s",
-		quoteCmd(v.Subject), f.Rule.ID, why, reason, g.howToAllow(p, v)))
+		quoteCmd(v.Subject), f.Rule.ID, why, reason, howToAllow))
 }
 
-// howToAllow tells the user how to let such a command run.
-func (g *Gate) howToAllow(p *Policy, v Verdict) string {
-	list := append(p.Allowlist(), allowPatterns(v.Need)...)
-	return fmt.Sprintf("The user can allow it with: %s — or stop asking on this machine with: berth config set %s off (the hardline floor and %s still hold).",
-		configSetLine(KeyAllowlist, list), KeyMode, KeyDeny)
-}
+// howToAllow says who can let such a command run. It speaks about the
+// user, never to the agent: it names no command, key or value the agent
+// could run or set itself to lower the gate (a berth config write from the
+// agent is itself a command that needs the user's approval).
+const howToAllow = "Only the user can allow it: by answering berth's question where berth can ask them (an interactive berth shell, or an MCP client that supports elicitation), or by changing berth's approval settings themselves."

@@ -108,11 +108,13 @@ func TestGateBlockedWithoutAsker(t *testing.T) {
 	if d.Allowed() || d.Outcome != Blocked || d.By != ByRule {
 		t.Fatalf("%+v", d)
 	}
-	want := `berth config set command_allowlist '["make deploy","git push --force origin main"]'`
-	for _, s := range []string{"BLOCKED: `git push --force origin main` needs the user's approval", want, "berth config set approvals.mode off"} {
+	for _, s := range []string{"BLOCKED: `git push --force origin main` needs the user's approval", "Only the user can allow it"} {
 		if !strings.Contains(d.Message, s) {
 			t.Errorf("message lacks %q:\n%s", s, d.Message)
 		}
+	}
+	if strings.Contains(d.Message, "berth config set") {
+		t.Errorf("message hands the agent a config line:\n%s", d.Message)
 	}
 	var be *BlockedError
 	if err := d.Err(); !errors.As(err, &be) || err.Error() != d.Message {

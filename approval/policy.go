@@ -299,27 +299,15 @@ func (v Verdict) Decision(p *Policy) *Decision {
 			"BLOCKED: %s is on berth's hardline floor (%s: %s) and never runs through berth, whatever %s or %s say. Nothing was run. Do not try another way; if it is really intended, the user must run it outside berth.",
 			quoteCmd(v.Subject), f.Rule.ID, f.Rule.Description, KeyMode, KeyAllowlist))
 	case v.Action == Block:
-		rest := without(p.Deny(), v.Pattern)
 		why := ""
 		if len(v.Need) > 0 {
 			why = fmt.Sprintf(" (%s: %s)", v.Need[0].Rule.ID, v.Need[0].Rule.Description)
 		}
 		return newDecision(Blocked, ByDeny, v.Need, v.Pattern, fmt.Sprintf(
-			"BLOCKED: %s matches the %s pattern %q%s. Nothing was run. Only the user can lift this, by removing the pattern: %s",
-			quoteCmd(v.Subject), KeyDeny, v.Pattern, why, configSetLine(KeyDeny, rest)))
+			"BLOCKED: %s matches the user's %s pattern %q%s. Nothing was run. Only the user can lift this, by removing the pattern from berth's configuration themselves.",
+			quoteCmd(v.Subject), KeyDeny, v.Pattern, why))
 	}
 	return nil
-}
-
-// without returns list without s.
-func without(list []string, s string) []string {
-	out := []string{}
-	for _, x := range list {
-		if x != s {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // quoteCmd shows a command in a message.

@@ -74,6 +74,8 @@ var rules = []Rule{
 	{"write-netrc", Dangerous, "~/.netrc holds login credentials for remote hosts"},
 	{"write-dotenv", Dangerous, ".env files hold secrets and configuration"},
 	{"write-berth-config", Dangerous, "berth's own configuration, .env and state decide what berth allows and where it runs"},
+	{"nested-berth", Dangerous, "a nested berth runs commands under approvals of its own (and can stop or remove berth's environments)"},
+	{"berth-env", Dangerous, "BERTH_* variables (approvals, config, home, owner, daemon) decide which configuration and approvals a berth started from the command obeys"},
 }
 
 var ruleByID = func() map[string]Rule {

@@ -120,6 +120,8 @@ type scanner struct {
 	substDepth int    // nested $(...) being resolved
 	text       string // the source being walked
 	stopped    bool
+	pos        []arg // the positional parameters ("$@"), when posKnown
+	posKnown   bool  // set --, sh -c ... ARGS, or a function call bound them
 }
 
 // scan checks a parsed command and returns its findings and every simple
@@ -258,15 +260,54 @@ func (s *scanner) walk(f *syntax.File) {
 					c = unknown
 				}
 				s.vars[wi.Name.Value] = capCands(c)
+				s.setsVar(wi.Name.Value, "for "+wi.Name.Value)
 			}
 		case *syntax.DeclClause:
+			seg := clip(s.nodeText(n))
 			for _, as := range n.Args {
 				s.assign(as)
+				switch {
+				case as.Name != nil:
+					s.setsVar(as.Name.Value, seg)
+				case as.Value != nil:
+					s.setsVarWord(s.word(as.Value), seg)
+				}
+			}
+		case *syntax.ParamExp:
+			if n.Param != nil && n.Exp != nil && (n.Exp.Op == syntax.AssignUnset || n.Exp.Op == syntax.AssignUnsetOrNull) {
+				s.setsVar(n.Param.Value, clip(s.nodeText(n)))
+			}
+		case *syntax.BinaryArithm:
+			if w, ok := n.X.(*syntax.Word); ok && isArithAssign(n.Op) {
+				s.setsVar(w.Lit(), clip(s.nodeText(n)))
+			}
+		case *syntax.UnaryArithm:
+			if w, ok := n.X.(*syntax.Word); ok && (n.Op == syntax.Inc || n.Op == syntax.Dec) {
+				s.setsVar(w.Lit(), clip(s.nodeText(n)))
 			}
 		}
 		stack = append(stack, fr)
 		return true
 	})
+}
+
+// nodeText returns the source of n, as written.
+func (s *scanner) nodeText(n syntax.Node) string {
+	from, to := int(n.Pos().Offset()), int(n.End().Offset())
+	if from >= 0 && from <= to && to <= len(s.text) {
+		return s.text[from:to]
+	}
+	return ""
+}
+
+// isArithAssign reports whether op assigns ($((x=1)), ((x+=2))).
+func isArithAssign(op syntax.BinAritOperator) bool {
+	switch op {
+	case syntax.Assgn, syntax.AddAssgn, syntax.SubAssgn, syntax.MulAssgn, syntax.QuoAssgn, syntax.RemAssgn,
+		syntax.AndAssgn, syntax.OrAssgn, syntax.XorAssgn, syntax.ShlAssgn, syntax.ShrAssgn:
+		return true
+	}
+	return false
 }
 
 // flattenPipe returns the stages of a pipeline in order.
@@ -360,6 +401,13 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 		argv = s.words(call.Args)
 	}
 	seg := s.segment(argv, redir)
+	if isCall {
+		for _, as := range call.Assigns {
+			if as.Name != nil {
+				s.setsVar(as.Name.Value, clip(strings.TrimSpace(s.nodeText(as)+" "+seg)))
+			}
+		}
+	}
 	if len(writes) > 0 {
 		if seg == "" {
 			seg = redir
@@ -406,10 +454,15 @@ func (s *scanner) segment(argv []arg, redir string) string {
 	return clip(strings.Join(parts, " "))
 }
 
-// words expands shell words (brace expansion included) into args.
+// words expands shell words (brace expansion included) into args; "$@"
+// is every positional parameter when they are known.
 func (s *scanner) words(ws []*syntax.Word) []arg {
 	var out []arg
 	for _, w := range ws {
+		if s.posKnown && allPositional(w) {
+			out = append(out, s.pos...)
+			continue
+		}
 		out = append(out, s.wordExpanded(w)...)
 	}
 	return out

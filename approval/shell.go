@@ -31,10 +31,8 @@ func shellChecks() map[string]check {
 				s.scriptArg(c.args[0], c.seg)
 			}
 		}},
-		"perl": {[]string{"pipe-to-shell", "shell-from-pipe"}, func(s *scanner, c call) {
-			s.perlInPlace(c.args, c.seg)
-			s.interpreter(c.name, c.args, c.io, c.seg)
-		}},
+		"perl": {append([]string{"pipe-to-shell"}, writeRules...), inPlaceInterpreter},
+		"ruby": {append([]string{"pipe-to-shell"}, writeRules...), inPlaceInterpreter},
 	}
 	for name := range shells {
 		t[name] = check{[]string{"pipe-to-shell", "shell-from-pipe", "dynamic-command"}, func(s *scanner, c call) {
@@ -43,12 +41,37 @@ func shellChecks() map[string]check {
 	}
 	for _, name := range interpreters {
 		if _, ok := t[name]; !ok {
-			t[name] = check{[]string{"pipe-to-shell"}, func(s *scanner, c call) {
+			t[name] = check{[]string{"pipe-to-shell", "write-berth-config"}, func(s *scanner, c call) {
 				s.interpreter(c.name, c.args, c.io, c.seg)
 			}}
 		}
 	}
 	return t
+}
+
+// codeNamesBerth reports code for another language (python -c, a heredoc
+// fed to node ...) that names berth's home or configuration: berth does not
+// read such code, and it may write them (open(".../config.yaml", "w")).
+func (s *scanner) codeNamesBerth(args []arg, io ioInfo, seg string) {
+	texts := []string{}
+	for _, a := range args {
+		texts = append(texts, a.vals...)
+	}
+	if io.stdinText != nil {
+		texts = append(texts, *io.stdinText)
+	}
+	for _, t := range texts {
+		if s.namesBerth(t) {
+			s.add("write-berth-config", seg, "code that names berth's configuration")
+			return
+		}
+	}
+}
+
+// inPlaceInterpreter checks perl and ruby: -i edits files in place.
+func inPlaceInterpreter(s *scanner, c call) {
+	s.perlInPlace(c.args, c.seg)
+	s.interpreter(c.name, c.args, c.io, c.seg)
 }
 
 // sourceCheck checks source and .: a script fetched from the network.
@@ -232,6 +255,12 @@ loop:
 // positional sets $0, $1 ... $@ for the text of sh -c TEXT NAME ARGS...,
 // and returns a function that restores the previous values.
 func (s *scanner) positional(args []arg) func() {
+	pos, known := s.pos, s.posKnown
+	if len(args) > 1 {
+		s.pos, s.posKnown = append([]arg(nil), args[1:]...), true
+	} else {
+		s.pos, s.posKnown = nil, true
+	}
 	names := []string{"@", "*", "#"}
 	for i := range 10 {
 		names = append(names, strconv.Itoa(i))
@@ -265,6 +294,7 @@ func (s *scanner) positional(args []arg) func() {
 	}
 	s.vars["#"] = one(strconv.Itoa(max(len(args)-1, 0)))
 	return func() {
+		s.pos, s.posKnown = pos, known
 		for n, c := range saved {
 			if c == nil {
 				delete(s.vars, n)
@@ -355,6 +385,7 @@ func literalOutput(name string, args []arg) (string, bool) {
 // interpreter checks an interpreter that may run code piped from the
 // network.
 func (s *scanner) interpreter(name string, args []arg, io ioInfo, seg string) {
+	s.codeNamesBerth(args, io, seg)
 	codeFlags := map[string]string{"perl": "eE", "ruby": "e", "node": "ep", "nodejs": "ep", "php": "r", "lua": "e"}[name]
 	if strings.HasPrefix(name, "python") || strings.HasPrefix(name, "pypy") {
 		codeFlags = "cm"

@@ -8,6 +8,7 @@ type wrapped struct {
 	xargs  bool  // more arguments arrive at run time
 	script *arg  // shell text it runs (su -c, flock -c, watch, ssh)
 	writes []arg // files it writes (sudoedit)
+	sets   []arg // variables it sets (NAME=value) or unsets (NAME) for inner
 }
 
 // unwrapper reads a wrapper's arguments: what it runs, or nothing.
@@ -21,7 +22,8 @@ var wrappers = map[string]unwrapper{
 		if o.has('e') || o.hasLong("edit") {
 			return wrapped{writes: o.operands}
 		}
-		return wrapped{inner: stripAssigns(o.operands)}
+		sets, inner := splitAssigns(o.operands)
+		return wrapped{inner: inner, sets: sets}
 	},
 	"sudoedit": func(_ string, args []arg) wrapped {
 		return wrapped{writes: parseOpts(args, "ugpCDrtUTR", nil, true).operands}
@@ -34,7 +36,8 @@ var wrappers = map[string]unwrapper{
 	},
 	"env": func(_ string, args []arg) wrapped {
 		o := parseOpts(args, "uCSP", []string{"unset", "chdir", "split-string"}, false)
-		inner := stripAssigns(o.operands)
+		sets, inner := splitAssigns(o.operands)
+		sets = append(append(sets, o.shortArg['u']...), o.long["unset"]...)
 		split, ok := o.val('S')
 		if !ok {
 			split, ok = o.longVal("split-string")
@@ -44,9 +47,11 @@ var wrappers = map[string]unwrapper{
 			for _, f := range strings.Fields(split.first()) {
 				pre = append(pre, litArg(f))
 			}
-			inner = append(stripAssigns(pre), inner...)
+			more, rest := splitAssigns(pre)
+			sets = append(sets, more...)
+			inner = append(rest, inner...)
 		}
-		return wrapped{inner: inner}
+		return wrapped{inner: inner, sets: sets}
 	},
 	"exec": func(_ string, args []arg) wrapped {
 		return wrapped{inner: parseOpts(args, "a", nil, false).operands}
