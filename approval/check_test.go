@@ -1,8 +1,10 @@
 package approval
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // testCtx is a local machine: the user dev in a project directory.
@@ -448,14 +450,39 @@ func TestHostileInputs(t *testing.T) {
 		"nested bash -c":       "bash -c '" + strings.Repeat("((", n/2) + "1" + strings.Repeat("))", n/2) + "'",
 		"nested eval":          "eval '" + strings.Repeat("$(", n) + strings.Repeat(")", n) + "'",
 		"heredoc to bash":      "bash <<'EOF'\n" + strings.Repeat("(", n) + "true" + strings.Repeat(")", n) + "\nEOF",
+		"doubling functions":   doublingFuncs(40),
+		"many functions":       manyFuncs(3000),
+		"self-calling alias":   "alias a='a a'\na",
 		"doubling variable":    "X=a; " + strings.Repeat("X=$X$X; ", 60) + "true",
 		"brace product":        "echo " + strings.Repeat("{a,b,c}", 40),
 		"nested shells":        strings.Repeat(`bash -c "`, 1) + strings.Repeat(`eval `, 200) + `ls"`,
 		"long chain":           strings.Repeat("echo a && ", 5000) + "ls",
 	} {
-		v := p.Check(cmd+"; rm -rf /", testCtx)
+		start := time.Now()
+		v := p.Check(cmd+"\nrm -rf /", testCtx)
 		if v.Action != Block || v.By != ByFloor {
 			t.Errorf("%s followed by rm -rf /: %s by %q", name, v.Action, v.By)
 		}
+		t.Logf("%s: %v", name, time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// doublingFuncs defines n functions, each calling the next twice, and
+// calls the first: inlined naively that is 2^n calls.
+func doublingFuncs(n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "f%d() { f%d; f%d; }\n", i, i+1, i+1)
+	}
+	b.WriteString("f0")
+	return b.String()
+}
+
+// manyFuncs defines n functions that call each other in a ring.
+func manyFuncs(n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "f%d() { f%d & f%d; }\n", i, (i+1)%n, (i+2)%n)
+	}
+	return b.String()
 }

@@ -93,9 +93,16 @@ func (s *scanner) command(argv []arg, io ioInfo, redir string) {
 	if p.dyn {
 		s.add("dynamic-command", seg, p.source())
 	}
+	if v, ok := p.lit(); ok && p.node != nil && splittable(p.node) && !s.ifsSet && !plainName(v) {
+		s.add("dynamic-command", seg, p.source()+": its words depend on IFS, which an earlier call may have set")
+	}
+	s.unknownPositional(argv, seg)
 	done := map[string]bool{}
 	for _, n := range p.vals {
 		if n == "" || strings.Contains(n, unknownPart) {
+			continue
+		}
+		if !strings.Contains(n, "/") && s.called(n, argv[1:], seg) {
 			continue
 		}
 		base := path.Base(n)
@@ -125,6 +132,15 @@ func (s *scanner) program(name string, args []arg, io ioInfo, seg, redir string)
 				io.xargs = true
 			}
 			s.command(w.inner, io, redir)
+		}
+		for _, t := range w.tries {
+			s.command(t, io, redir)
+		}
+		if w.stdin {
+			s.stdinCode(io, seg, true)
+		}
+		if w.shell != nil {
+			s.shell(w.shell, io, seg)
 		}
 		return
 	}

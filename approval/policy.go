@@ -70,6 +70,10 @@ type Context struct {
 	// the host's file system (the local backend).
 	BerthHome  string
 	ConfigPath string
+	// Names are the functions and aliases the session's shell already
+	// defines (from earlier calls): a command calling one runs whatever
+	// its definition says, which berth cannot see, so it is dynamic.
+	Names []string
 }
 
 // Policy is the user's approval configuration: the mode and the deny and

@@ -2,6 +2,8 @@ package approval
 
 import (
 	"strings"
+
+	"mvdan.cc/sh/v3/syntax"
 )
 
 // procChecks are the programs that signal processes, stop services or
@@ -73,12 +75,56 @@ func (s *scanner) kill(args []arg, seg string) {
 	}
 	for ; i < len(args); i++ {
 		for _, v := range args[i].vals {
-			if v == "-1" {
-				s.add("kill-all", seg, "-1")
+			if n, ok := parseArithNumber(strings.TrimSpace(v)); ok && n == -1 && strings.HasPrefix(strings.TrimSpace(v), "-") {
+				s.add("kill-all", seg, v)
 				return
 			}
 		}
+		if s.listsAllPids(args[i].node) {
+			s.add("kill-all", seg, args[i].source())
+			return
+		}
 	}
+}
+
+// listsAllPids reports whether w holds a $(...) that lists every process:
+// kill -9 $(ps -eo pid), $(ps ax -o pid=), $(pgrep .): the same as kill
+// -1.
+func (s *scanner) listsAllPids(w *syntax.Word) bool {
+	found := false
+	if w == nil {
+		return false
+	}
+	syntax.Walk(w, func(n syntax.Node) bool {
+		cs, ok := n.(*syntax.CmdSubst)
+		if !ok || found {
+			return !found
+		}
+		for _, st := range cs.Stmts {
+			if bc, ok := st.Cmd.(*syntax.BinaryCmd); ok && (bc.Op == syntax.Pipe || bc.Op == syntax.PipeAll) {
+				st = flattenPipe(bc)[0] // ps -eo pid | tail -n +2
+			}
+			name, argv := s.stageCommand(st)
+			switch name {
+			case "ps":
+				for _, a := range argv[1:] {
+					v := a.first()
+					if strings.HasPrefix(v, "-") && strings.ContainsAny(v[1:], "eA") && !strings.HasPrefix(v, "--") ||
+						!strings.HasPrefix(v, "-") && strings.Contains(v, "a") && strings.Contains(v, "x") {
+						found = true
+					}
+				}
+			case "pgrep", "pidof":
+				for _, a := range argv[1:] {
+					if v := a.first(); v == "." || v == "" || v == ".*" || v == "^" {
+						found = true
+					}
+				}
+			}
+		}
+		return !found
+	})
+	return found
 }
 
 // sigKill reports whether pkill/killall args choose SIGKILL.

@@ -72,6 +72,122 @@ var reviewCases = []struct {
 	{`yq -i '.version = 2' chart/values.yaml`, ok, ""},
 	{`python3 -c 'print(1+1)'`, ok, ""},
 	{`git config user.name dev`, ok, ""},
+
+	// N3: what the checker cannot resolve, it does not allow. Every form
+	// the review ran end to end with a fake rm, then the harness's.
+	{`f() { rm "$@"; }; f -rf /`, floor, "rm-system-dir"},
+	{"g() { rm \"$@\"; }\ng -rf ~", floor, "rm-system-dir"},
+	{`f() { local d=$1; rm -rf "$d"; }; f /usr`, floor, "rm-system-dir"},
+	{`wipe() { sudo rm -rf "$1"/*; }; wipe /`, floor, "rm-system-dir"},
+	{`outer() { inner "$@"; }; inner() { rm "$@"; }; outer -rf /`, floor, "rm-system-dir"},
+	{`set -- -rf /; rm "$@"`, floor, "rm-system-dir"},
+	{`set -- x -rf /; shift; rm "$@"`, floor, "rm-system-dir"},
+	{`set -- -rf /; rm $1 $2`, floor, "rm-system-dir"},
+	{`bash <(echo rm -rf /)`, floor, "rm-system-dir"},
+	{`printf '\x72m -rf /\n' | bash`, floor, "rm-system-dir"},
+	{`printf '\162m -rf /\n' | sh`, floor, "rm-system-dir"},
+	{`printf '%b\n' '\x72m -rf /' | bash`, floor, "rm-system-dir"},
+	{`echo -e '\x72m -rf /' | bash`, floor, "rm-system-dir"},
+	{`echo '\0162m -rf /' | sh`, floor, "rm-system-dir"},
+	{`$(printf '\x72m') -rf /`, floor, "rm-system-dir"},
+	{`source /dev/stdin <<< 'rm -rf /'`, floor, "rm-system-dir"},
+	{`bash /dev/stdin <<< 'rm -rf /'`, floor, "rm-system-dir"},
+	{`bash - <<< 'rm -rf /'`, floor, "rm-system-dir"},
+	{`bash < <(echo rm -rf /)`, floor, "rm-system-dir"},
+	{`. <(echo 'rm -rf /')`, floor, "rm-system-dir"},
+	{`source <(printf 'rm -rf /\n')`, floor, "rm-system-dir"},
+	{`exec 3<<<'rm -rf /'; bash <&3`, floor, "rm-system-dir"},
+	{`exec 3<<<'rm -rf /'; bash /dev/fd/3`, floor, "rm-system-dir"},
+	{`exec 4< <(echo rm -rf /); sh <&4`, floor, "rm-system-dir"},
+	{"shopt -s expand_aliases; alias x=rm\nx -rf /", floor, "rm-system-dir"},
+	{"alias nuke='rm -rf'\nnuke /", floor, "rm-system-dir"},
+	{`kill -9 -0001`, floor, "kill-all"},
+	{`kill -9 -01`, floor, "kill-all"},
+	{`kill -9 $((-1))`, floor, "kill-all"},
+	{`kill -9 $((0-1))`, floor, "kill-all"},
+	{`kill -KILL -- -0x1`, floor, "kill-all"},
+	{`IFS=,; X=rm,-rf,/; $X; IFS=$' \t\n'`, floor, "rm-system-dir"},
+	{`X="-rf /"; rm $X`, floor, "rm-system-dir"},
+	{`X="rm -rf /"; $X`, floor, "rm-system-dir"},
+	{`trap -- 'rm -rf / FROM-EXIT-TRAP' EXIT`, floor, "rm-system-dir"},
+	{`trap -- 'rm -rf /' DEBUG`, floor, "rm-system-dir"},
+	{`trap 'rm -rf ~' ERR`, floor, "rm-system-dir"},
+	{`trap "$CLEANUP" EXIT`, ask, "dynamic-command"},
+	{"command_not_found_handle() { rm \"$@\"; }\n-rf /", ask, "dynamic-command"},
+	{`script -qc 'rm -rf /' /dev/null`, floor, "rm-system-dir"},
+	{`script -q -c 'rm -rf /' /dev/null`, floor, "rm-system-dir"},
+	{`script -q /dev/null <<< 'rm -rf /'`, floor, "rm-system-dir"},
+	{`systemd-run rm -rf /`, floor, "rm-system-dir"},
+	{`systemd-run --user -p MemoryMax=1G --unit=x rm -rf /`, floor, "rm-system-dir"},
+	{`at now <<< 'rm -rf /'`, floor, "rm-system-dir"},
+	{`echo 'rm -rf /' | at now + 1 minute`, floor, "rm-system-dir"},
+	{`batch <<EOF` + "\nrm -rf /\nEOF", floor, "rm-system-dir"},
+	{`parallel rm -rf ::: /`, floor, "rm-system-dir"},
+	{`parallel 'rm -rf {}' ::: /usr`, floor, "rm-system-dir"},
+	{`parallel -j4 rm -rf {} ::: /etc`, floor, "rm-system-dir"},
+	{`flock /tmp/l -c 'rm -rf /'`, floor, "rm-system-dir"},
+	{`flock -w 5 /tmp/l rm -rf /`, floor, "rm-system-dir"},
+	{`ssh -p 22 host -- rm -rf /`, floor, "rm-system-dir"},
+	{`chrt 10 rm -rf /`, floor, "rm-system-dir"},
+	{`chrt -f 99 rm -rf /`, floor, "rm-system-dir"},
+	{`nsenter -t 1 -m -u -n rm -rf /`, floor, "rm-system-dir"},
+	{`unshare -r rm -rf /`, floor, "rm-system-dir"},
+	{`unshare --map-root-user --mount rm -rf /`, floor, "rm-system-dir"},
+	{`strace -f -o /dev/null rm -rf /`, floor, "rm-system-dir"},
+	{`ltrace -f rm -rf /`, floor, "rm-system-dir"},
+	{`fakeroot rm -rf /`, floor, "rm-system-dir"},
+	{`fakeroot -- rm -rf /`, floor, "rm-system-dir"},
+	{`toybox rm -rf /`, floor, "rm-system-dir"},
+	{`setpriv --reuid=1000 --regid=1000 --init-groups rm -rf /`, floor, "rm-system-dir"},
+	{`bwrap --bind / / rm -rf /`, floor, "rm-system-dir"},
+	{`capsh -- -c 'rm -rf /'`, floor, "rm-system-dir"},
+	{`sg wheel -c 'rm -rf /'`, floor, "rm-system-dir"},
+	{`eatmydata rm -rf /`, floor, "rm-system-dir"},
+	{`awk 'BEGIN{system("rm -rf /")}'`, floor, "rm-system-dir"},
+	{`gawk 'BEGIN { while (("rm -rf /" | getline line) > 0) print line }'`, floor, "rm-system-dir"},
+	{`awk 'BEGIN { print "rm -rf /" | "sh" }'`, ask, "shell-from-pipe"},
+	{`awk -v c="$CMD" 'BEGIN { system(c) }'`, ask, "dynamic-command"},
+	{`git -c alias.x='!rm -rf /' x`, floor, "rm-system-dir"},
+	{`git -c core.pager='rm -rf ~' log`, floor, "rm-system-dir"},
+	{`git config --global alias.up '!rm -rf /'`, floor, "rm-system-dir"},
+	{`git -c core.sshCommand="$X" fetch`, ask, "dynamic-command"},
+	// N3 look-alikes: ordinary shell that must stay unasked.
+	{`f() { echo "$@"; }; f a b`, ok, ""},
+	{`build() { make -j4 "$@"; }; build all`, ok, ""},
+	{`set -- a b c; echo "$# $@"`, ok, ""},
+	{`set -euo pipefail; make`, ok, ""},
+	{`bash <(echo echo hi)`, ok, ""},
+	{`printf '%s\n' hello world | bash`, ok, ""},
+	{`echo -e 'a\tb'`, ok, ""},
+	{`printf '\x68\x69\n'`, ok, ""},
+	{`kill -9 12345`, ok, ""},
+	{`kill -TERM -- -12345`, ok, ""},
+	{`kill -0 $PID`, ok, ""},
+	{`kill $(pgrep -f my-server)`, ok, ""},
+	{`trap 'rm -f /tmp/lock' EXIT`, ok, ""},
+	{`trap -p`, ok, ""},
+	{`trap - EXIT`, ok, ""},
+	{`trap -- '' INT`, ok, ""},
+	{`script -q -c 'make test' /dev/null`, ok, ""},
+	{`at now -f job.sh`, ok, ""},
+	{`atq; at -l`, ok, ""},
+	{`parallel gzip ::: *.log`, ok, ""},
+	{`flock /tmp/l -c 'make build'`, ok, ""},
+	{`ssh -p 22 host -- uptime`, ok, ""},
+	{`strace -f -o trace.txt ./app --port 8080`, ok, ""},
+	{`unshare -r id`, ok, ""},
+	{`awk '{print $1}' access.log`, ok, ""},
+	{`awk '/error|warn/ {print}' app.log`, ok, ""},
+	{`awk -F: '$3 >= 1000 || $1 == "root" {print $1}' /etc/passwd`, ok, ""},
+	{`awk 'BEGIN{system("date")}'`, ok, ""},
+	{`git -c user.name=x -c user.email=y commit -m msg`, ok, ""},
+	{`git -c core.pager=cat log -5`, ok, ""},
+	{`git config --global alias.st status`, ok, ""},
+	{`IFS=: read -r user rest <<< "$line"`, ok, ""},
+	{`IFS=,; for x in $LIST; do echo "$x"; done`, ok, ""},
+	{`X="ls -la"; $X`, ok, ""},
+	{`echo $((1+2)) $((-1))`, ok, ""},
+	{`alias ll='ls -la'; ll`, ok, ""},
 }
 
 func TestReviewCases(t *testing.T) {
@@ -102,6 +218,25 @@ func checkAll(t *testing.T, p *Policy, c Context, cases []struct{ cmd, want, rul
 			t.Errorf("%q: %s as expected, but not by rule %s; deciding findings: %s", tc.cmd, got, tc.rule, describe(v.Need))
 		}
 	}
+}
+
+// TestSessionNames is N3: a function or alias the session defined in an
+// earlier call runs what its definition says, which berth cannot see.
+func TestSessionNames(t *testing.T) {
+	c := testCtx
+	c.Names = []string{"f", "x", "ll"}
+	checkAll(t, DefaultPolicy(), c, []struct{ cmd, want, rule string }{
+		{`f -rf /`, ask, "dynamic-command"},
+		{`x -rf /`, ask, "dynamic-command"},
+		{`echo hi && f`, ask, "dynamic-command"},
+		{`f() { echo "$@"; }; f -rf /`, ok, ""}, // redefined in this text: checked as written
+		{`ls -la`, ok, ""},
+		{`/usr/bin/f -rf /x`, ok, ""}, // a path is never a function
+	})
+	checkAll(t, DefaultPolicy(), testCtx, []struct{ cmd, want, rule string }{
+		{`f -rf /`, ok, ""}, // without the session's names: an unknown program
+		{`rm "$@"`, ask, "dynamic-command"},
+	})
 }
 
 // TestBlockedMessageHandsNoBypass is N1: the BLOCKED text once printed

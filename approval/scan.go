@@ -99,10 +99,11 @@ var unknown = cands{vals: []string{""}, dyn: true}
 
 // ioInfo is what a simple command reads on stdin and how it was started.
 type ioInfo struct {
-	up        []*syntax.Stmt // earlier stages of its pipeline
-	stdinText *string        // heredoc or here-string body
-	stdinFile bool           // stdin redirected from a file
-	xargs     bool           // run by xargs or find -exec: more arguments arrive at run time
+	up           []*syntax.Stmt // earlier stages of its pipeline, or the statements of a <(...) it reads
+	stdinText    *string        // heredoc or here-string body
+	stdinFile    bool           // stdin redirected from a file
+	stdinUnknown bool           // stdin is a descriptor whose content is not known (<&3)
+	xargs        bool           // run by xargs or find -exec: more arguments arrive at run time
 }
 
 // scanner walks one command and collects findings.
@@ -122,6 +123,19 @@ type scanner struct {
 	stopped    bool
 	pos        []arg // the positional parameters ("$@"), when posKnown
 	posKnown   bool  // set --, sh -c ... ARGS, or a function call bound them
+	inFunc     int   // walking the body of a function definition
+	funcs      map[string]*syntax.FuncDecl
+	aliases    map[string]string // aliases defined in the text, name to value
+	calling    map[string]bool   // functions being inlined (no recursion)
+	fds        map[string]fdSource
+	ifsSet     bool // IFS is assigned in the text
+}
+
+// fdSource is what a descriptor opened with exec (exec 3<<<text, exec 3<
+// <(cmd), exec 3<file) reads.
+type fdSource struct {
+	text *string        // a here-string or heredoc
+	up   []*syntax.Stmt // the statements of a <(...)
 }
 
 // scan checks a parsed command and returns its findings and every simple
@@ -136,6 +150,7 @@ func newScanner(c Context) *scanner {
 	s := &scanner{
 		ctx: c, vars: map[string]cands{}, upstream: map[*syntax.Stmt][]*syntax.Stmt{},
 		seen: map[string]bool{}, segSeen: map[string]bool{},
+		funcs: map[string]*syntax.FuncDecl{}, aliases: map[string]string{}, calling: map[string]bool{}, fds: map[string]fdSource{},
 	}
 	if c.Cwd != "" && (path.IsAbs(c.Cwd) || c.Cwd == "~" || strings.HasPrefix(c.Cwd, "~/")) {
 		s.cwd = c.Cwd
@@ -197,6 +212,9 @@ func (s *scanner) parsed(text string, f *syntax.File, err error, display string)
 	prev := s.text
 	s.text = text
 	s.walk(f)
+	if s.depth == 1 {
+		s.mutualForkBombs()
+	}
 	s.text = prev
 	s.depth--
 }
@@ -218,17 +236,21 @@ func clip(s string) string {
 type frame struct {
 	scope bool
 	cwd   string
+	fn    bool // the node is a function definition
 }
 
-// walk visits every node of f in source order.
-func (s *scanner) walk(f *syntax.File) {
+// walk visits every node of n in source order.
+func (s *scanner) walk(n syntax.Node) {
 	var stack []frame
-	syntax.Walk(f, func(n syntax.Node) bool {
+	syntax.Walk(n, func(n syntax.Node) bool {
 		if n == nil {
 			top := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
 			if top.scope {
 				s.cwd = top.cwd
+			}
+			if top.fn {
+				s.inFunc--
 			}
 			return true
 		}
@@ -236,6 +258,8 @@ func (s *scanner) walk(f *syntax.File) {
 		switch n := n.(type) {
 		case *syntax.Subshell, *syntax.CmdSubst, *syntax.ProcSubst:
 			fr = frame{scope: true, cwd: s.cwd}
+		case *syntax.WhileClause:
+			s.spawnLoop(n)
 		case *syntax.Stmt:
 			s.stmt(n)
 		case *syntax.BinaryCmd:
@@ -249,6 +273,8 @@ func (s *scanner) walk(f *syntax.File) {
 			}
 		case *syntax.FuncDecl:
 			s.funcDecl(n)
+			fr.fn = true
+			s.inFunc++
 		case *syntax.ForClause:
 			if wi, ok := n.Loop.(*syntax.WordIter); ok && wi.Name != nil {
 				var c cands
@@ -333,6 +359,9 @@ func (s *scanner) assign(as *syntax.Assign) {
 		return
 	}
 	name := as.Name.Value
+	if name == "IFS" {
+		s.ifsSet = true
+	}
 	switch {
 	case as.Naked:
 		return
@@ -375,6 +404,9 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 			redirText = append(redirText, r.Op.String()+" "+a.show())
 			writes = append(writes, a)
 		case syntax.Hdoc, syntax.DashHdoc:
+			if r.N != nil && r.N.Value != "0" {
+				continue
+			}
 			if r.Hdoc != nil {
 				t := s.wordCands(r.Hdoc).vals[0]
 				io.stdinText = &t
@@ -383,12 +415,36 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 				io.stdinText = &e
 			}
 		case syntax.WordHdoc:
+			if r.N != nil && r.N.Value != "0" {
+				continue
+			}
 			t := s.wordCands(r.Word).vals[0] + "\n"
 			io.stdinText = &t
 		case syntax.RdrIn:
-			io.stdinFile = true
+			if r.N == nil || r.N.Value == "0" {
+				if ps := procSubstOf(r.Word); ps != nil {
+					io.up = ps.Stmts // bash < <(cmd)
+				} else {
+					io.stdinFile = true
+				}
+			}
+		case syntax.DplIn:
+			if r.N == nil || r.N.Value == "0" {
+				if v, ok := s.word(r.Word).lit(); ok && v != "0" && v != "-" {
+					src, known := s.fds[v]
+					switch {
+					case known && src.text != nil:
+						io.stdinText = src.text
+					case known && src.up != nil:
+						io.up = src.up
+					default:
+						io.stdinUnknown = true
+					}
+				}
+			}
 		}
 	}
+	s.openFds(st)
 	redir := strings.Join(redirText, " ")
 	call, isCall := st.Cmd.(*syntax.CallExpr)
 	var argv []arg
@@ -463,7 +519,51 @@ func (s *scanner) words(ws []*syntax.Word) []arg {
 			out = append(out, s.pos...)
 			continue
 		}
-		out = append(out, s.wordExpanded(w)...)
+		as := s.wordExpanded(w)
+		if len(as) == 1 && splittable(w) {
+			as = s.split(as[0])
+		}
+		out = append(out, as...)
+	}
+	return out
+}
+
+// splittable reports whether w is one unquoted expansion ($X, ${X},
+// $(cmd), $((n))), whose value the shell splits into words at IFS.
+func splittable(w *syntax.Word) bool {
+	if len(w.Parts) != 1 {
+		return false
+	}
+	switch w.Parts[0].(type) {
+	case *syntax.ParamExp, *syntax.CmdSubst, *syntax.ArithmExp:
+		return true
+	}
+	return false
+}
+
+// split splits the known value of an unquoted expansion into words at the
+// characters of IFS (a blank-separated default, or its value when the text
+// sets it); when IFS is only known at run time, so are the words.
+func (s *scanner) split(a arg) []arg {
+	ifs := " \t\n"
+	if c, ok := s.vars["IFS"]; ok {
+		if c.dyn || len(c.vals) != 1 {
+			a.dyn = true
+			return []arg{a}
+		}
+		ifs = c.vals[0]
+	}
+	v, known := a.lit()
+	if !known || ifs == "" {
+		return []arg{a}
+	}
+	fields := strings.FieldsFunc(v, func(r rune) bool { return strings.ContainsRune(ifs, r) })
+	if len(fields) == 1 && fields[0] == v {
+		return []arg{a}
+	}
+	out := make([]arg, 0, len(fields))
+	for _, f := range fields {
+		out = append(out, litArg(f))
 	}
 	return out
 }
@@ -591,6 +691,11 @@ func (s *scanner) parts(ps []syntax.WordPart, inDQ bool) cands {
 			c = s.cmdSubst(p)
 		case *syntax.ProcSubst:
 			c = one("/dev/fd/63")
+		case *syntax.ArithmExp:
+			c = unknown
+			if n, ok := s.arith(p.X, 0); ok {
+				c = one(strconv.Itoa(n))
+			}
 		case *syntax.ExtGlob:
 			c = one("*")
 		case *syntax.BraceExp:
@@ -701,19 +806,16 @@ func (s *scanner) cmdSubst(cs *syntax.CmdSubst) cands {
 		lits = append(lits, v)
 	}
 	switch path.Base(lits[0]) {
-	case "echo":
-		rest := lits[1:]
-		for len(rest) > 0 && rest[0] == "-n" {
-			rest = rest[1:]
-		}
-		if len(rest) > 0 && strings.HasPrefix(rest[0], "-") {
+	case "echo", "printf":
+		texts, ok := literalOutputs(path.Base(lits[0]), argv[1:])
+		if !ok {
 			return unknown
 		}
-		return one(strings.Join(rest, " "))
-	case "printf":
-		if len(lits) == 2 && !strings.ContainsAny(lits[1], `%\`) {
-			return one(lits[1])
+		var c cands
+		for _, t := range texts {
+			c.vals = append(c.vals, strings.TrimRight(t, "\n")) // $(...) drops trailing newlines
 		}
+		return capCands(c)
 	case "which", "command", "type":
 		if len(lits) >= 2 {
 			return one(lits[len(lits)-1])
@@ -832,6 +934,12 @@ func (s *scanner) funcDecl(fd *syntax.FuncDecl) {
 		return
 	}
 	name := fd.Name.Value
+	if _, ok := s.funcs[name]; !ok || s.inFunc == 0 {
+		s.funcs[name] = fd
+	}
+	if name == "command_not_found_handle" {
+		s.add("dynamic-command", clip("command_not_found_handle() "+s.nodeText(fd.Body)), "command_not_found_handle runs for every command that is not found, with its words as arguments")
+	}
 	calls, spread := 0, false
 	syntax.Walk(fd.Body, func(n syntax.Node) bool {
 		switch n := n.(type) {

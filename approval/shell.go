@@ -1,6 +1,8 @@
 package approval
 
 import (
+	"path"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -21,18 +23,34 @@ func shellChecks() map[string]check {
 		".":      {[]string{"pipe-to-shell"}, sourceCheck},
 		"alias": {[]string{"dynamic-command"}, func(s *scanner, c call) {
 			for _, a := range c.args {
-				if _, val, ok := strings.Cut(a.first(), "="); ok {
+				if name, val, ok := strings.Cut(a.first(), "="); ok {
 					s.scriptArg(arg{vals: []string{val}, dyn: a.dyn, src: a.source()}, c.seg)
+					if isAliasName(name) {
+						s.aliases[name] = val
+					}
 				}
 			}
 		}},
-		"trap": {nil, func(s *scanner, c call) {
-			if len(c.args) > 1 {
-				s.scriptArg(c.args[0], c.seg)
+		// trap's body runs later (at exit, before every command, on an
+		// error or a signal), when nobody looks: it is checked now.
+		"trap": {[]string{"dynamic-command"}, func(s *scanner, c call) {
+			args := c.args
+			if len(args) > 0 && args[0].first() == "--" {
+				args = args[1:]
+			}
+			if len(args) == 0 || strings.HasPrefix(args[0].first(), "-") && !args[0].dyn {
+				return // trap -p, trap -l, or trap -SIGNAL: nothing to run
+			}
+			if len(args) > 1 {
+				s.scriptArg(args[0], c.seg)
 			}
 		}},
 		"perl": {append([]string{"pipe-to-shell"}, writeRules...), inPlaceInterpreter},
 		"ruby": {append([]string{"pipe-to-shell"}, writeRules...), inPlaceInterpreter},
+	}
+	awk := check{[]string{"dynamic-command", "shell-from-pipe"}, func(s *scanner, c call) { s.awk(c.args, c.seg) }}
+	for _, name := range []string{"awk", "gawk", "mawk", "nawk"} {
+		t[name] = awk
 	}
 	for name := range shells {
 		t[name] = check{[]string{"pipe-to-shell", "shell-from-pipe", "dynamic-command"}, func(s *scanner, c call) {
@@ -74,10 +92,11 @@ func inPlaceInterpreter(s *scanner, c call) {
 	s.interpreter(c.name, c.args, c.io, c.seg)
 }
 
-// sourceCheck checks source and .: a script fetched from the network.
+// sourceCheck checks source and .: the script they read, as a shell's
+// operand (a <(...), /dev/stdin, a descriptor).
 func sourceCheck(s *scanner, c call) {
-	if len(c.args) > 0 && s.fetches(c.args[0].node) {
-		s.add("pipe-to-shell", c.seg, "")
+	if len(c.args) > 0 {
+		s.scriptFile(c.args[0], c.io, c.seg)
 	}
 }
 
@@ -244,11 +263,38 @@ loop:
 			restore()
 		}
 	case len(operands) > 0 && !sflag:
-		if s.fetches(operands[0].node) {
-			s.add("pipe-to-shell", seg, "")
-		}
+		restore := s.positional(operands)
+		s.scriptFile(operands[0], io, seg)
+		restore()
 	default:
 		s.stdinCode(io, seg, true)
+	}
+}
+
+// scriptFile checks the script a shell runs (or source reads) from its
+// operand: the text of a <(...) or of a descriptor (/dev/stdin, /dev/fd/N,
+// -), which is code berth can often see. A script file on disk is not
+// read.
+func (s *scanner) scriptFile(a arg, io ioInfo, seg string) {
+	if s.fetches(a.node) {
+		s.add("pipe-to-shell", seg, "")
+		return
+	}
+	if ps := procSubstOf(a.node); ps != nil {
+		s.stdinCode(ioInfo{up: ps.Stmts}, seg, true)
+		return
+	}
+	fd, ok := fdPath(a.first())
+	switch {
+	case !ok:
+	case fd == "0":
+		s.stdinCode(io, seg, true)
+	case s.fds[fd].text != nil:
+		s.script(*s.fds[fd].text, seg)
+	case s.fds[fd].up != nil:
+		s.stdinCode(ioInfo{up: s.fds[fd].up}, seg, true)
+	default:
+		s.add("shell-from-pipe", seg, "descriptor "+fd)
 	}
 }
 
@@ -308,6 +354,10 @@ func (s *scanner) positional(args []arg) func() {
 // stdinCode checks what a shell (asShell) or another interpreter reads as
 // its program from stdin.
 func (s *scanner) stdinCode(io ioInfo, seg string, asShell bool) {
+	if io.stdinUnknown && asShell {
+		s.add("shell-from-pipe", seg, "a descriptor whose content berth cannot see")
+		return
+	}
 	if io.stdinText != nil {
 		if asShell {
 			s.script(*io.stdinText, seg)
@@ -330,9 +380,10 @@ func (s *scanner) stdinCode(io ioInfo, seg string, asShell bool) {
 	name, argv := s.stageCommand(lastSt)
 	switch name {
 	case "echo", "printf":
-		text, ok := literalOutput(name, argv[1:])
-		if ok {
-			s.script(text, seg)
+		if texts, ok := literalOutputs(name, argv[1:]); ok {
+			for _, t := range texts {
+				s.script(t, seg)
+			}
 			return
 		}
 	case "cat":
@@ -353,33 +404,50 @@ func (s *scanner) stdinCode(io ioInfo, seg string, asShell bool) {
 	s.add("shell-from-pipe", s.pipeSeg(io.up, seg), name)
 }
 
-// literalOutput returns what echo or printf prints when every word is known.
+// literalOutput returns what echo or printf prints when every word is
+// known (for echo, as echo -e would).
 func literalOutput(name string, args []arg) (string, bool) {
+	texts, ok := literalOutputs(name, args)
+	if !ok {
+		return "", false
+	}
+	return texts[len(texts)-1], true
+}
+
+// literalOutputs returns what echo or printf prints when every word is
+// known: printf with its format's escapes and %s, %b, %c, %d; echo as
+// written and, when that differs, with its escapes decoded (echo -e, and
+// the echo of dash and of bash in POSIX mode, decode them).
+func literalOutputs(name string, args []arg) ([]string, bool) {
 	var lits []string
 	for _, a := range args {
 		v, ok := a.lit()
 		if !ok {
-			return "", false
+			return nil, false
 		}
 		lits = append(lits, v)
 	}
 	if name == "printf" {
+		if len(lits) > 0 && lits[0] == "--" {
+			lits = lits[1:]
+		}
 		if len(lits) == 0 {
-			return "", false
+			return nil, false
 		}
-		f := strings.ReplaceAll(lits[0], `\n`, "\n")
-		if strings.Contains(f, "%") {
-			if f == "%s\n" || f == "%s" {
-				return strings.Join(lits[1:], "\n"), true
-			}
-			return "", false
+		t, ok := printfText(lits[0], lits[1:])
+		if !ok {
+			return nil, false
 		}
-		return f, true
+		return []string{t}, true
 	}
-	for len(lits) > 0 && (lits[0] == "-n" || lits[0] == "-e" || lits[0] == "-E") {
+	for len(lits) > 0 && len(lits[0]) > 1 && lits[0][0] == '-' && strings.Trim(lits[0][1:], "neE") == "" {
 		lits = lits[1:]
 	}
-	return strings.Join(lits, " "), true
+	raw := strings.Join(lits, " ")
+	if dec := echoEscapes(raw); dec != raw {
+		return []string{raw, dec}, true
+	}
+	return []string{raw}, true
 }
 
 // interpreter checks an interpreter that may run code piped from the
@@ -415,4 +483,47 @@ func (s *scanner) interpreter(name string, args []arg, io ioInfo, seg string) {
 		return
 	}
 	s.stdinCode(io, seg, false)
+}
+
+// awkCalls find the shell commands an awk program runs: system("..."),
+// "..." | getline, and print ... | "...".
+var (
+	awkSystem = regexp.MustCompile(`\bsystem\s*\(\s*"((?:[^"\\]|\\.)*)"\s*\)`)
+	awkGetln  = regexp.MustCompile(`"((?:[^"\\]|\\.)*)"\s*\|&?\s*getline`)
+	awkPipe   = regexp.MustCompile(`\bprintf?\b[^;{}\n|]*\|&?\s*"((?:[^"\\]|\\.)*)"`)
+	awkAnyRun = regexp.MustCompile(`\bsystem\s*\(|\|&?\s*getline|\bprintf?\b[^;{}\n|]*\|&?\s*[A-Za-z_("]`)
+)
+
+// awk checks the shell commands an awk program runs. A command built at
+// run time (system(cmd), print | cmd) is dynamic.
+func (s *scanner) awk(args []arg, seg string) {
+	o := parseOpts(args, "Fvfeil", []string{"field-separator", "assign", "file", "source", "include", "load"}, true)
+	progs := append(append([]arg(nil), o.shortArg['e']...), o.long["source"]...)
+	if len(o.shortArg['f']) == 0 && len(o.long["file"]) == 0 && len(progs) == 0 && len(o.operands) > 0 {
+		progs = append(progs, o.operands[0])
+	}
+	for _, p := range progs {
+		for _, text := range p.vals {
+			found := 0
+			for _, re := range []*regexp.Regexp{awkSystem, awkGetln, awkPipe} {
+				for _, m := range re.FindAllStringSubmatch(text, 8) {
+					found++
+					cmd := unescapeAwk(m[1])
+					if re == awkPipe && shells[path.Base(strings.Fields(cmd + " x")[0])] {
+						s.add("shell-from-pipe", seg, "awk prints into "+cmd)
+						continue
+					}
+					s.script(cmd, seg)
+				}
+			}
+			if found < len(awkAnyRun.FindAllStringIndex(text, -1)) {
+				s.add("dynamic-command", seg, "awk runs a command built at run time")
+			}
+		}
+	}
+}
+
+// unescapeAwk decodes the escapes of an awk string literal.
+func unescapeAwk(v string) string {
+	return ansiC(v)
 }
