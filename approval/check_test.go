@@ -7,8 +7,11 @@ import (
 	"time"
 )
 
-// testCtx is a local machine: the user dev in a project directory.
-var testCtx = Context{Backend: "local", Cwd: "/home/dev/proj", Home: "/home/dev", BerthHome: "/home/dev/.berth", ConfigPath: "/home/dev/.berth/config.yaml"}
+// testCtx is a local machine: the user dev in a project directory, on a
+// file system without symbolic links (the manager gives a local backend
+// NativeResolve; these tests must not depend on this machine's files).
+var testCtx = Context{Backend: "local", Cwd: "/home/dev/proj", Home: "/home/dev", BerthHome: "/home/dev/.berth", ConfigPath: "/home/dev/.berth/config.yaml",
+	Resolve: func(p string) string { return p }}
 
 const (
 	ok    = "allow" // no rule matched

@@ -327,6 +327,11 @@ func (s *scanner) writeTarget(a arg, seg string) {
 		if id := s.sensitiveWrite(p); id != "" {
 			s.add(id, seg, p)
 		}
+		if r := s.lands(v); r != p {
+			if id := s.sensitiveWrite(r); id != "" {
+				s.add(id, seg, p+" (a link to "+r+")")
+			}
+		}
 	}
 }
 

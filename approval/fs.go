@@ -30,7 +30,11 @@ func fsChecks() map[string]check {
 		"rm": rm, "unlink": rm,
 		"chmod": perm, "chown": perm, "chgrp": perm,
 		"mv": {append([]string{"mv-system-dir"}, writeRules...), func(s *scanner, c call) { s.mv(c.args, c.seg) }},
-		"cp": copies, "install": copies, "ln": copies, "rsync": copies,
+		"cp": copies, "install": copies, "rsync": copies,
+		"ln": {append([]string{"link-sensitive"}, writeRules...), func(s *scanner, c call) {
+			s.link(c.args, c.seg)
+			s.copyLike(c.name, c.args, c.seg)
+		}},
 		"tee":      writes(""),
 		"truncate": writes("sr", "size", "reference"),
 		"touch":    writes("dtr", "date", "reference", "time"),
@@ -39,6 +43,72 @@ func fsChecks() map[string]check {
 		"find":   {[]string{"find-delete"}, func(s *scanner, c call) { s.find(c.args, c.seg) }},
 		"yq":     {writeRules, func(s *scanner, c call) { s.yq(c.args, c.seg) }},
 		"sponge": writes(""),
+	}
+}
+
+// link checks ln: a link (symbolic or hard) to a sensitive place lets a
+// later write or removal through the link reach it (ln -sfn ~ build; rm
+// -rf build/).
+func (s *scanner) link(args []arg, seg string) {
+	o := parseOpts(args, "tS", []string{"target-directory", "suffix"}, true)
+	targets := o.operands
+	dir := ""
+	if t, ok := o.val('t'); ok {
+		dir = t.first()
+	} else if t, ok := o.longVal("target-directory"); ok {
+		dir = t.first()
+	} else if len(targets) >= 2 {
+		dir = path.Dir(targets[len(targets)-1].first())
+		targets = targets[:len(targets)-1]
+	}
+	symbolic := o.has('s') || o.hasLong("symbolic")
+	if symbolic && len(targets) == 1 {
+		// Remember the link, so that the rest of the command sees through it.
+		link := dir
+		if _, ok := o.val('t'); !ok && len(o.operands) >= 2 {
+			link = o.operands[len(o.operands)-1].first()
+		} else {
+			link = path.Join(dir, path.Base(targets[0].first()))
+		}
+		if dir == "" {
+			link = path.Base(targets[0].first())
+		}
+		lp, labs := s.resolvePath(link)
+		tp, tabs := s.resolvePath(targets[0].first())
+		if !strings.HasPrefix(targets[0].first(), "/") && !strings.HasPrefix(targets[0].first(), "~") && labs {
+			tp, tabs = s.resolvePath(path.Join(path.Dir(lp), targets[0].first()))
+		}
+		if labs && tabs && len(s.made) < 64 {
+			s.made[lp] = tp
+			delete(s.links, lp)
+			for k := range s.links {
+				if strings.HasPrefix(k, lp+"/") {
+					delete(s.links, k)
+				}
+			}
+		}
+	}
+	for _, t := range targets {
+		for _, v := range t.vals {
+			if v == "" {
+				continue
+			}
+			candidates := []string{v}
+			if symbolic && !strings.HasPrefix(v, "/") && !strings.HasPrefix(v, "~") && dir != "" {
+				candidates = append(candidates, path.Join(dir, v)) // relative to the link
+			}
+			for _, c := range candidates {
+				p, abs := s.resolvePath(c)
+				if !abs {
+					continue
+				}
+				for _, q := range []string{p, s.followed(p, abs)} {
+					if s.isFloorTree(q) || s.sensitiveWrite(q) != "" {
+						s.add("link-sensitive", seg, q)
+					}
+				}
+			}
+		}
 	}
 }
 
@@ -106,13 +176,22 @@ func (s *scanner) rm(name string, args []arg, io ioInfo, seg string) {
 				continue
 			}
 			p, abs := s.resolvePath(v)
+			r := s.operandFollowed(v, p, abs)
 			if rec && abs && s.isFloorTree(p) {
 				s.add("rm-system-dir", seg, p)
 			}
-			if id := s.sensitiveWrite(p); id != "" && mustRule(id).Level == Dangerous {
-				s.add(id, seg, p)
+			if rec && r != p && s.isFloorTree(r) {
+				s.add("rm-system-dir", seg, p+" (a link to "+r+")")
 			}
-			if isLit && !s.routineRemoval(lit, p) {
+			for _, q := range []string{p, r} {
+				if id := s.sensitiveWrite(q); id != "" && mustRule(id).Level == Dangerous {
+					s.add(id, seg, q)
+				}
+			}
+			// rm -r LINK/ empties the link's target: an operand that is
+			// (or goes through) a link is never routine, nor, where links
+			// cannot be seen, one that ends in a slash.
+			if isLit && (!s.routineRemoval(lit, p) || s.isLink(p, abs) || s.ctx.Resolve == nil && strings.HasSuffix(lit, "/")) {
 				routine = false
 			}
 		}
@@ -165,7 +244,7 @@ func (s *scanner) chperm(name string, args []arg, seg string) {
 	if rec {
 		for _, t := range targets {
 			for _, v := range t.vals {
-				if p, abs := s.resolvePath(v); abs && s.isFloorTree(p) {
+				if p, abs := s.resolvePath(v); abs && (s.isFloorTree(p) || s.isFloorTree(s.followed(p, abs))) {
 					s.add("chmod-system-dir", seg, p)
 				}
 			}
@@ -235,7 +314,7 @@ func (s *scanner) mv(args []arg, seg string) {
 	}
 	for _, src := range sources {
 		for _, v := range src.vals {
-			if p, abs := s.resolvePath(v); abs && s.isFloorTree(p) {
+			if p, abs := s.resolvePath(v); abs && (s.isFloorTree(p) || s.isFloorTree(s.followed(p, abs))) {
 				s.add("mv-system-dir", seg, p)
 			}
 		}

@@ -70,6 +70,14 @@ type Context struct {
 	// the host's file system (the local backend).
 	BerthHome  string
 	ConfigPath string
+	// Resolve, when set, returns the path a (cleaned, absolute) path names
+	// once symbolic links are followed: the longest prefix that exists is
+	// resolved and the rest appended. Set it only when the environment's
+	// files are this machine's (NativeResolve): writes and recursive
+	// removals are then checked by where they land as well as by how they
+	// are spelled, so a link to berth's home or to the home directory does
+	// not hide them.
+	Resolve func(path string) string
 	// Names are the functions and aliases the session's shell already
 	// defines (from earlier calls): a command calling one runs whatever
 	// its definition says, which berth cannot see, so it is dynamic.

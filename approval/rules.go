@@ -73,6 +73,7 @@ var rules = []Rule{
 	{"write-shell-rc", Dangerous, "writing a shell startup file (~/.bashrc, ~/.profile, ~/.zshrc ...) runs code in every future shell"},
 	{"write-netrc", Dangerous, "~/.netrc holds login credentials for remote hosts"},
 	{"write-dotenv", Dangerous, ".env files hold secrets and configuration"},
+	{"link-sensitive", Dangerous, "a link to berth's files, ~/.ssh, a shell startup file, the home or a system directory lets later writes and removals through the link reach it"},
 	{"write-berth-config", Dangerous, "berth's own configuration, .env and state decide what berth allows and where it runs"},
 	{"nested-berth", Dangerous, "a nested berth runs commands under approvals of its own (and can stop or remove berth's environments)"},
 	{"berth-env", Dangerous, "BERTH_* variables (approvals, config, home, owner, daemon) decide which configuration and approvals a berth started from the command obeys"},

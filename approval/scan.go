@@ -128,7 +128,9 @@ type scanner struct {
 	aliases    map[string]string // aliases defined in the text, name to value
 	calling    map[string]bool   // functions being inlined (no recursion)
 	fds        map[string]fdSource
-	ifsSet     bool // IFS is assigned in the text
+	ifsSet     bool              // IFS is assigned in the text
+	links      map[string]string // paths followed through their links (Context.Resolve)
+	made       map[string]string // links the command makes (ln -s), link to target
 }
 
 // fdSource is what a descriptor opened with exec (exec 3<<<text, exec 3<
@@ -151,6 +153,7 @@ func newScanner(c Context) *scanner {
 		ctx: c, vars: map[string]cands{}, upstream: map[*syntax.Stmt][]*syntax.Stmt{},
 		seen: map[string]bool{}, segSeen: map[string]bool{},
 		funcs: map[string]*syntax.FuncDecl{}, aliases: map[string]string{}, calling: map[string]bool{}, fds: map[string]fdSource{},
+		links: map[string]string{}, made: map[string]string{},
 	}
 	if c.Cwd != "" && (path.IsAbs(c.Cwd) || c.Cwd == "~" || strings.HasPrefix(c.Cwd, "~/")) {
 		s.cwd = c.Cwd

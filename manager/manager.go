@@ -122,7 +122,9 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 				c.Home, _ = os.UserHomeDir()
 			}
 			c.BerthHome, c.ConfigPath = m.cfg.Home, m.cfg.Path
+			c.Resolve = approval.NativeResolve
 		}
+		c.Names = env.Session().Names()
 	}
 	if workdir != "" {
 		c.Cwd = workdir
