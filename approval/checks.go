@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"fmt"
 	"path"
 	"strings"
 )
@@ -78,14 +79,19 @@ var scannerRules = []string{"dynamic-command", "unparsed", "too-deep", "fork-bom
 
 // command checks one simple command.
 func (s *scanner) command(argv []arg, io ioInfo, redir string) {
-	if s.stopped || len(argv) == 0 {
+	if s.stopped && !s.wordByWord || len(argv) == 0 {
 		return
 	}
-	s.steps++
-	if s.steps > maxCommands {
-		s.stopped = true
-		s.add("too-deep", "", "more than 20000 commands")
-		return
+	if !s.wordByWord {
+		s.steps++
+		if s.steps > maxCommands {
+			// Past the bound the walk stops; the whole text is then read
+			// word by word, which finds the floor commands of the rest.
+			s.stopped = true
+			s.add("too-deep", clip(s.root), fmt.Sprintf("more than %d commands: berth read the rest word by word only", maxCommands))
+			s.fallback(s.root)
+			return
+		}
 	}
 	seg := s.segment(argv, redir)
 	s.record(seg)

@@ -86,17 +86,19 @@ func TestGateAnswers(t *testing.T) {
 		t.Fatalf("after EndSession: %+v", d)
 	}
 
+	// always saves the pattern key, as Hermes does: every recursive
+	// removal is allowed from then on (the floor still holds).
 	always := &scriptedAsker{answers: []Answer{AnswerAlways}}
 	d = g.Command(WithAsker(ctx, always), "s3", "rm -rf old-data", testCtx)
-	if d.Outcome != ApprovedAlways || d.Pattern != "rm -rf old-data" {
+	if d.Outcome != ApprovedAlways || d.Pattern != "recursive delete" {
 		t.Fatalf("always: %+v", d)
 	}
-	if len(saved) != 1 || strings.Join(saved[0], ",") != "rm -rf old-data" {
+	if len(saved) != 1 || strings.Join(saved[0], ",") != "recursive delete" {
 		t.Fatalf("persisted %q", saved)
 	}
 	// Now allowlisted, in any session, without asking.
 	none := &scriptedAsker{}
-	d = g.Command(WithAsker(ctx, none), "s9", "rm -rf old-data", testCtx)
+	d = g.Command(WithAsker(ctx, none), "s9", "rm -rf other-data", testCtx)
 	if d.Outcome != Allowed || d.By != ByAllowlist || none.asked() != 0 {
 		t.Fatalf("after always: %+v", d)
 	}

@@ -196,6 +196,8 @@ type Verdict struct {
 	Pattern string
 	// Segments are the normalized simple commands the subject contains.
 	Segments []string
+	// whole is the command as given (Subject is shortened).
+	whole string
 }
 
 // Check checks a shell command: it parses it, walks every simple command
@@ -228,7 +230,7 @@ func (p *Policy) CheckWrite(file string, c Context) Verdict {
 
 // judge turns findings into a verdict.
 func (p *Policy) judge(subject string, findings []Finding, segments []string, whole string, c Context) Verdict {
-	v := Verdict{Subject: subject, Findings: findings, Segments: segments}
+	v := Verdict{Subject: subject, Findings: findings, Segments: segments, whole: whole}
 	for _, d := range p.deny {
 		hit := d.matchText(whole)
 		var need []Finding

@@ -121,9 +121,11 @@ type scanner struct {
 	substDepth int    // nested $(...) being resolved
 	text       string // the source being walked
 	stopped    bool
-	pos        []arg // the positional parameters ("$@"), when posKnown
-	posKnown   bool  // set --, sh -c ... ARGS, or a function call bound them
-	inFunc     int   // walking the body of a function definition
+	wordByWord bool   // the fallback is checking text word by word
+	root       string // the whole command
+	pos        []arg  // the positional parameters ("$@"), when posKnown
+	posKnown   bool   // set --, sh -c ... ARGS, or a function call bound them
+	inFunc     int    // walking the body of a function definition
 	funcs      map[string]*syntax.FuncDecl
 	aliases    map[string]string // aliases defined in the text, name to value
 	calling    map[string]bool   // functions being inlined (no recursion)
@@ -144,6 +146,7 @@ type fdSource struct {
 // command it contains (normalized).
 func scan(sc *shparse.Script, c Context) *scanner {
 	s := newScanner(c)
+	s.root = sc.Text
 	s.parsed(sc.Text, sc.File, sc.Err, sc.Text)
 	return s
 }
@@ -175,9 +178,12 @@ func (s *scanner) add(id, seg, detail string) {
 	s.findings = append(s.findings, Finding{Rule: mustRule(id), Command: seg, Detail: detail})
 }
 
+// maxSegments bounds the normalized commands kept for the deny patterns.
+const maxSegments = 200000
+
 // record notes a normalized simple command.
 func (s *scanner) record(seg string) {
-	if seg != "" && !s.segSeen[seg] {
+	if seg != "" && !s.segSeen[seg] && len(s.segments) < maxSegments {
 		s.segSeen[seg] = true
 		s.segments = append(s.segments, seg)
 	}
@@ -980,22 +986,32 @@ func callsFunc(s *scanner, n syntax.Node, name string) bool {
 	return found
 }
 
-// fallback checks text the parser rejected, crudely: it is cut at shell
-// separators, quotes are dropped, and each piece is checked as a simple
-// command with literal words. It can see more than the shell would (prose
-// inside quotes), never less.
+// fallback checks text the parser rejected (or past the bound of commands
+// the walk follows), crudely: it is cut at shell separators, quotes are
+// dropped, and each piece is checked as a simple command with literal
+// words. It can see more than the shell would (prose inside quotes), never
+// less. It reads the text once, piece by piece, with no bound but the
+// text's length.
 func (s *scanner) fallback(text string) {
-	r := strings.NewReplacer("$(", "\n", "`", "\n", ";", "\n", "&", "\n", "|", "\n", "(", "\n", ")", "\n", "{", "\n", "}", "\n")
+	was := s.wordByWord
+	s.wordByWord = true
+	defer func() { s.wordByWord = was }()
 	unq := strings.NewReplacer(`"`, "", `'`, "", `\`, "")
-	for _, line := range strings.Split(r.Replace(text), "\n") {
+	for len(text) > 0 {
+		i := strings.IndexAny(text, "\n`;&|(){}")
+		piece := text
+		if i >= 0 {
+			piece, text = text[:i], text[i+1:]
+		} else {
+			text = ""
+		}
+		piece = strings.TrimSuffix(piece, "$") // the $ of $(
 		var argv []arg
-		for _, f := range strings.Fields(unq.Replace(line)) {
+		for _, f := range strings.Fields(unq.Replace(piece)) {
 			argv = append(argv, litArg(f))
 		}
 		if len(argv) > 0 {
-			seg := s.segment(argv, "")
 			s.command(argv, ioInfo{}, "")
-			s.record(seg)
 		}
 	}
 }
