@@ -184,3 +184,36 @@ func TestQuestionShowsWhatRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestUnparsedIsNoForbiddenAction is item 10: of 1 277 replayed agent
+// commands, the ones the parser rejects (a sed -i with broken quoting)
+// read as forbidden actions ("do not try to get around this"). The
+// message says what did not parse and where, and that a fixed command may
+// be sent again.
+func TestUnparsedIsNoForbiddenAction(t *testing.T) {
+	g := NewGate(nil, GateOptions{})
+	for cmd, where := range map[string]string{
+		`sed -i 's/foo/bar/ config.txt`:              "1:8:",
+		"if true; then\n  make\n":                    "1:1:",
+		`bash -c 'echo "unclosed'`:                   "the shell text of",
+		"echo ok\ncase $x in a) echo a;;\nesac )\nls": "3:6:",
+	} {
+		d := g.Command(context.Background(), "s", cmd, testCtx)
+		if d.Allowed() || d.Rule != "unparsed" {
+			t.Errorf("%q: %+v", cmd, d)
+			continue
+		}
+		for _, want := range []string{"could not parse", where, "send it again", "Nothing was run"} {
+			if !strings.Contains(d.Message, want) {
+				t.Errorf("%q: message lacks %q: %s", cmd, want, d.Message)
+			}
+		}
+		if strings.Contains(d.Message, "get around") || strings.Contains(d.Message, "do not try") {
+			t.Errorf("%q: the message reads as a forbidden action: %s", cmd, d.Message)
+		}
+	}
+	// A floor command in unparsed text is still the floor.
+	if d := g.Command(context.Background(), "s", `rm -rf / 'unclosed`, testCtx); d.By != ByFloor {
+		t.Errorf("floor in unparsed text: %+v", d)
+	}
+}

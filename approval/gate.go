@@ -441,6 +441,9 @@ func (g *Gate) always(session string, v Verdict, keys []string) *Decision {
 
 // blocked is the decision for a command that needed approval nobody gave.
 func (g *Gate) blocked(p *Policy, v Verdict, reason string) *Decision {
+	if msg, ok := unparsedMessage(v); ok {
+		return newDecision(Blocked, ByRule, v.Need, "", msg)
+	}
 	f := v.Need[0]
 	why := f.Rule.Description
 	if (f.Rule.ID == "too-deep" || f.Rule.ID == "unparsed") && f.Detail != "" {
@@ -449,6 +452,28 @@ func (g *Gate) blocked(p *Policy, v Verdict, reason string) *Decision {
 	return newDecision(Blocked, ByRule, v.Need, "", fmt.Sprintf(
 		"BLOCKED: %s needs the user's approval (%s: %s), and %s. Nothing was run; do not try to get around this. %s",
 		quoteCmd(v.Subject), f.Rule.ID, why, reason, howToAllow))
+}
+
+// unparsedMessage is the BLOCKED text of a command that needed approval
+// only because berth's parser rejected it (a sed -i with broken quoting,
+// an unclosed if): no forbidden action, but text the agent can fix. It
+// says what did not parse, where, and that a fixed command may be sent
+// again; ok is false when other rules need approval too.
+func unparsedMessage(v Verdict) (string, bool) {
+	var where []string
+	for _, f := range v.Need {
+		if f.Rule.ID != "unparsed" {
+			return "", false
+		}
+		what := "the command"
+		if f.Command != "" && f.Command != clip(v.whole) {
+			what = "the shell text of " + quoteCmd(f.Command)
+		}
+		where = append(where, fmt.Sprintf("%s, at line:column %s", what, f.Detail))
+	}
+	return fmt.Sprintf(
+		"BLOCKED: berth could not parse %s: %s. Nothing was run. This is no verdict on what the command does: fix the shell syntax (quoting, an unclosed if, case or loop, a stray parenthesis) and send it again. If it is valid bash that berth's parser cannot read, only the user can approve it, where berth can ask them.",
+		quoteCmd(v.Subject), strings.Join(where, "; ")), true
 }
 
 // howToAllow says who can let such a command run. It speaks about the
