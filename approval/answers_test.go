@@ -193,9 +193,9 @@ func TestQuestionShowsWhatRuns(t *testing.T) {
 func TestUnparsedIsNoForbiddenAction(t *testing.T) {
 	g := NewGate(nil, GateOptions{})
 	for cmd, where := range map[string]string{
-		`sed -i 's/foo/bar/ config.txt`:              "1:8:",
-		"if true; then\n  make\n":                    "1:1:",
-		`bash -c 'echo "unclosed'`:                   "the shell text of",
+		`sed -i 's/foo/bar/ config.txt`:               "1:8:",
+		"if true; then\n  make\n":                     "1:1:",
+		`bash -c 'echo "unclosed'`:                    "the shell text of",
 		"echo ok\ncase $x in a) echo a;;\nesac )\nls": "3:6:",
 	} {
 		d := g.Command(context.Background(), "s", cmd, testCtx)

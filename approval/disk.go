@@ -62,6 +62,35 @@ func diskChecks() map[string]check {
 				}
 			}
 		}},
+		// cryptsetup luksFormat (and erase) overwrites the device's header:
+		// its data is gone.
+		"cryptsetup": {[]string{"disk-wipe"}, func(s *scanner, c call) {
+			o := parseOpts(c.args, "chsdStTiMlIbop", []string{"cipher", "hash", "key-size", "key-file", "key-slot", "type", "header", "pbkdf", "iter-time", "label", "subsystem", "uuid", "offset", "skip", "sector-size", "keyfile-size", "keyfile-offset", "new-keyfile-size", "luks2-metadata-size", "luks2-keyslots-size", "integrity", "timeout", "tries", "token-id", "token-type", "pbkdf-memory", "pbkdf-parallel", "resilience", "hotzone-size", "device-size", "reduce-device-size", "master-key-file", "volume-key-file", "debug-json"}, true)
+			if len(o.operands) < 2 {
+				return
+			}
+			switch strings.ToLower(o.operands[0].first()) {
+			case "luksformat", "erase", "lukserase", "reencrypt":
+				s.devices(o.operands[1:2], "disk-wipe", c.seg)
+			}
+		}},
+		"nvme": {[]string{"disk-wipe"}, func(s *scanner, c call) {
+			if len(c.args) > 0 {
+				switch c.args[0].first() {
+				case "format", "sanitize", "delete-ns", "write-zeroes", "dsm":
+					s.devices(operandsOnly(c.args[1:]), "disk-wipe", c.seg)
+				}
+			}
+		}},
+		"hdparm": {[]string{"disk-wipe"}, func(s *scanner, c call) {
+			for _, a := range c.args {
+				switch v := a.first(); {
+				case strings.HasPrefix(v, "--security-erase"), strings.HasPrefix(v, "--trim-sector-ranges"), v == "--write-sector", v == "--make-bad-sector", v == "--dco-restore", v == "--security-set-pass":
+					s.devices(operandsOnly(c.args), "disk-wipe", c.seg)
+					return
+				}
+			}
+		}},
 		"sfdisk": {[]string{"disk-wipe"}, partitionTable},
 		"fdisk":  {[]string{"disk-wipe"}, partitionTable},
 	}

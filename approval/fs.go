@@ -30,7 +30,13 @@ func fsChecks() map[string]check {
 		"rm": rm, "unlink": rm,
 		"chmod": perm, "chown": perm, "chgrp": perm,
 		"mv": {append([]string{"mv-system-dir"}, writeRules...), func(s *scanner, c call) { s.mv(c.args, c.seg) }},
-		"cp": copies, "install": copies, "rsync": copies,
+		"cp": copies, "install": copies,
+		"rsync": {append([]string{"rm-system-dir", "rm-recursive"}, writeRules...), func(s *scanner, c call) {
+			s.rsync(c.args, c.seg)
+			s.copyLike(c.name, c.args, c.seg)
+		}},
+		"chattr":  {[]string{"chmod-system-dir"}, func(s *scanner, c call) { s.attrs(c.name, c.args, c.seg) }},
+		"setfacl": {[]string{"chmod-system-dir"}, func(s *scanner, c call) { s.attrs(c.name, c.args, c.seg) }},
 		"ln": {append([]string{"link-sensitive"}, writeRules...), func(s *scanner, c call) {
 			s.link(c.args, c.seg)
 			s.copyLike(c.name, c.args, c.seg)
@@ -39,8 +45,12 @@ func fsChecks() map[string]check {
 		"truncate": writes("sr", "size", "reference"),
 		"touch":    writes("dtr", "date", "reference", "time"),
 		"sed":      {writeRules, func(s *scanner, c call) { s.sed(c.args, c.seg) }},
-		"tar":      extract, "unzip": extract,
-		"find":   {[]string{"find-delete"}, func(s *scanner, c call) { s.find(c.args, c.seg) }},
+		"tar": {append([]string{"rm-system-dir", "rm-recursive"}, writeRules...), func(s *scanner, c call) {
+			s.tarRemove(c.args, c.seg)
+			s.extract(c.name, c.args, c.seg)
+		}},
+		"unzip":  extract,
+		"find":   {[]string{"find-delete", "rm-system-dir", "chmod-system-dir"}, func(s *scanner, c call) { s.find(c.args, c.seg) }},
 		"yq":     {writeRules, func(s *scanner, c call) { s.yq(c.args, c.seg) }},
 		"sponge": writes(""),
 	}
@@ -463,11 +473,48 @@ func (s *scanner) extract(name string, args []arg, seg string) {
 }
 
 // find checks -delete and -exec rm, and checks the -exec command itself.
+//
+// find walks its start paths: deleting (or changing the mode of) what it
+// finds under / or a system directory (find / -delete, find ~ -exec rm -rf
+// {} +, find / -type f -exec chmod 000 {} +) is the floor.
 func (s *scanner) find(args []arg, seg string) {
-	for i := 0; i < len(args); i++ {
+	var floorStart string // a start path that is a floor tree
+	i := 0
+	for ; i < len(args); i++ { // options, then start paths, then the expression
+		v := args[i].first()
+		if v == "-H" || v == "-L" || v == "-P" || strings.HasPrefix(v, "-O") || v == "-D" {
+			if v == "-D" {
+				i++
+			}
+			continue
+		}
+		break
+	}
+	for ; i < len(args); i++ {
+		v := args[i].first()
+		if strings.HasPrefix(v, "-") || v == "(" || v == "!" || v == "," {
+			break
+		}
+		for _, val := range args[i].vals {
+			if p, abs := s.resolvePath(val); abs && (s.isFloorTree(p) || s.isFloorTree(s.followed(p, abs))) && floorStart == "" {
+				floorStart = p
+			}
+		}
+	}
+	// A test that picks some files (-name '*.log', -mtime +7) makes it a
+	// selection, which is dangerous but no floor; -type f picks them all.
+	for j := i; j < len(args) && floorStart != ""; j++ {
+		if selectiveFindTest(args[j].first(), args[j+1:]) {
+			floorStart = ""
+		}
+	}
+	for ; i < len(args); i++ {
 		switch args[i].first() {
 		case "-delete":
 			s.add("find-delete", seg, "-delete")
+			if floorStart != "" {
+				s.add("rm-system-dir", seg, "find "+floorStart+" -delete")
+			}
 		case "-exec", "-execdir", "-ok", "-okdir":
 			j := i + 1
 			for j < len(args) && args[j].first() != ";" && args[j].first() != "+" {
@@ -476,12 +523,126 @@ func (s *scanner) find(args []arg, seg string) {
 			inner := args[i+1 : j]
 			if len(inner) > 0 {
 				name, _ := s.innerName(inner)
-				if name == "rm" || name == "shred" || name == "unlink" {
+				switch name {
+				case "rm", "shred", "unlink":
 					s.add("find-delete", seg, "-exec "+name)
+					if floorStart != "" {
+						s.add("rm-system-dir", seg, "find "+floorStart+" -exec "+name)
+					}
+				case "chmod", "chown", "chgrp", "chattr", "setfacl":
+					if floorStart != "" {
+						s.add("chmod-system-dir", seg, "find "+floorStart+" -exec "+name)
+					}
 				}
 				s.command(inner, ioInfo{}, "")
 			}
 			i = j
+		}
+	}
+}
+
+// selectiveFindTest reports whether a find test picks only some files: a
+// name, path or regex that does not match everything, times, sizes,
+// owners, permissions, emptiness.
+func selectiveFindTest(test string, rest []arg) bool {
+	switch test {
+	case "-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex", "-lname", "-ilname":
+		return len(rest) > 0 && !matchesAnything(rest[0].first()) && rest[0].first() != ".*"
+	case "-mtime", "-mmin", "-atime", "-amin", "-ctime", "-cmin", "-newer", "-anewer", "-cnewer", "-newermt", "-newerct",
+		"-size", "-user", "-group", "-uid", "-gid", "-nouser", "-nogroup", "-perm", "-empty", "-inum", "-links", "-samefile", "-used":
+		return true
+	}
+	return false
+}
+
+// rsync checks rsync --delete: it removes whatever in the destination the
+// source does not have, so an empty source empties it (rsync -a --delete
+// empty/ /).
+func (s *scanner) rsync(args []arg, seg string) {
+	del := false
+	for _, a := range args {
+		if v := a.first(); v == "--del" || strings.HasPrefix(v, "--delete") || v == "--remove-source-files" {
+			del = true
+		}
+	}
+	o := parseOpts(args, "eTfB", []string{"rsh", "temp-dir", "filter", "exclude", "include", "files-from", "backup-dir", "partial-dir", "rsync-path", "log-file", "password-file", "chown", "chmod", "usermap", "groupmap", "compare-dest", "copy-dest", "link-dest", "suffix", "max-delete", "max-size", "min-size", "timeout", "contimeout", "bwlimit", "sockopts", "out-format", "port", "address", "iconv", "checksum-choice", "compress-choice"}, true)
+	if !del || len(o.operands) < 2 {
+		return
+	}
+	dest := o.operands[len(o.operands)-1]
+	for _, v := range dest.vals {
+		if strings.Contains(v, ":") && !strings.HasPrefix(v, "/") {
+			continue // a remote destination
+		}
+		if p, abs := s.resolvePath(v); abs && (s.isFloorTree(p) || s.isFloorTree(s.followed(p, abs))) {
+			s.add("rm-system-dir", seg, "rsync --delete into "+p)
+		} else {
+			s.add("rm-recursive", seg, "rsync --delete")
+		}
+	}
+}
+
+// tarRemove checks tar --remove-files: it deletes what it archives.
+func (s *scanner) tarRemove(args []arg, seg string) {
+	remove := false
+	for _, a := range args {
+		if a.first() == "--remove-files" {
+			remove = true
+		}
+	}
+	if !remove {
+		return
+	}
+	o := parseOpts(args, "fCTXbHKLNVgF", []string{"file", "directory", "files-from", "exclude-from", "exclude", "blocking-factor", "format", "owner", "group", "mode", "mtime", "newer", "label", "use-compress-program", "transform", "xform", "volno-file", "info-script", "new-volume-script", "rsh-command", "backup", "suffix", "tape-length", "record-size", "occurrence", "sort", "checkpoint", "checkpoint-action", "quoting-style", "warning", "level", "listed-incremental", "after-date", "newer-mtime", "pax-option", "hole-detection", "atime-preserve"}, true)
+	operands := o.operands
+	if len(operands) > 0 && !strings.HasPrefix(args[0].first(), "-") {
+		operands = operands[1:] // tar cf ARCHIVE ...: the first word was the options
+	}
+	for _, t := range operands {
+		for _, v := range t.vals {
+			if p, abs := s.resolvePath(v); abs && (s.isFloorTree(p) || s.isFloorTree(s.followed(p, abs))) {
+				s.add("rm-system-dir", seg, "tar --remove-files "+p)
+			}
+		}
+	}
+	s.add("rm-recursive", seg, "tar --remove-files")
+}
+
+// attrs checks chattr and setfacl: a recursive change of / or a system
+// directory (chattr -R +i /, setfacl -R -m u:nobody:rwx /) breaks the
+// system as chmod -R does.
+func (s *scanner) attrs(name string, args []arg, seg string) {
+	rec := false
+	var targets []arg
+	for i := 0; i < len(args); i++ {
+		v := args[i].first()
+		switch {
+		case v == "-R" || v == "--recursive" || strings.HasPrefix(v, "-") && !strings.HasPrefix(v, "--") && strings.Contains(v[1:], "R") && name == "chattr":
+			rec = true
+		case name == "setfacl" && strings.HasPrefix(v, "-") && !strings.HasPrefix(v, "--") && strings.Contains(v, "R"):
+			rec = true
+			if strings.ContainsAny(v, "mMxX") {
+				i++ // the ACL spec or file follows
+			}
+		case name == "setfacl" && (v == "-m" || v == "-M" || v == "-x" || v == "-X" || v == "--modify" || v == "--remove" || v == "--set" || v == "--set-file" || v == "--modify-file" || v == "--remove-file"):
+			i++
+		case name == "chattr" && (strings.HasPrefix(v, "+") || strings.HasPrefix(v, "=") || v == "-v" || v == "-p"):
+			if v == "-v" || v == "-p" {
+				i++
+			}
+		case strings.HasPrefix(v, "-") && len(v) > 1:
+		default:
+			targets = append(targets, args[i])
+		}
+	}
+	if !rec {
+		return
+	}
+	for _, t := range targets {
+		for _, v := range t.vals {
+			if p, abs := s.resolvePath(v); abs && (s.isFloorTree(p) || s.isFloorTree(s.followed(p, abs))) {
+				s.add("chmod-system-dir", seg, name+" -R "+p)
+			}
 		}
 	}
 }

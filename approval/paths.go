@@ -26,7 +26,16 @@ var systemDirs = map[string]bool{
 	"/usr/libexec": true, "/usr/include": true, "/usr/local": true, "/usr/share": true, "/usr/src": true,
 	"/var/lib": true, "/var/log": true, "/var/spool": true, "/var/mail": true,
 	"/nix": true, "/nix/store": true,
-	"/System": true, "/Library": true, "/Applications": true, "/Users": true, "/Volumes": true,
+	// Trees the system cannot run (or be updated) without: the multiarch
+	// libraries, kernel modules and firmware, the package databases.
+	"/lib/x86_64-linux-gnu": true, "/usr/lib/x86_64-linux-gnu": true, "/lib/aarch64-linux-gnu": true,
+	"/usr/lib/aarch64-linux-gnu": true, "/lib/i386-linux-gnu": true, "/usr/lib/i386-linux-gnu": true,
+	"/lib/arm-linux-gnueabihf": true, "/usr/lib/arm-linux-gnueabihf": true,
+	"/lib/modules": true, "/usr/lib/modules": true, "/lib/firmware": true, "/usr/lib/firmware": true,
+	"/lib/systemd": true, "/usr/lib/systemd": true, "/boot/efi": true,
+	"/var/lib/dpkg": true, "/var/lib/apt": true, "/var/lib/rpm": true, "/var/lib/pacman": true,
+	"/var/lib/systemd": true,
+	"/System":          true, "/Library": true, "/Applications": true, "/Users": true, "/Volumes": true,
 	"/private": true, "/private/etc": true, "/private/var": true,
 }
 

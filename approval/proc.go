@@ -40,6 +40,29 @@ func procChecks() map[string]check {
 		"shutdown": power, "reboot": power, "halt": power, "poweroff": power,
 		"init": runlevel, "telinit": runlevel,
 		"systemctl": {[]string{"power", "systemctl-stop"}, func(s *scanner, c call) { s.systemctl(c.args, c.seg) }},
+		"loginctl": {[]string{"power"}, func(s *scanner, c call) {
+			o := parseOpts(c.args, "HMpsnoP", []string{"host", "machine", "property", "signal", "lines", "output", "kill-whom", "what", "when"}, true)
+			if len(o.operands) > 0 {
+				switch v := o.operands[0].first(); v {
+				case "poweroff", "reboot", "halt", "kexec", "suspend", "hibernate", "hybrid-sleep", "suspend-then-hibernate", "sleep", "soft-reboot":
+					s.add("power", c.seg, "loginctl "+v)
+				}
+			}
+		}},
+		// kexec -e (or --exec, -f) boots another kernel at once.
+		"kexec": {[]string{"power"}, func(s *scanner, c call) {
+			for _, a := range c.args {
+				switch v := a.first(); {
+				case v == "--exec", v == "--force", strings.HasPrefix(v, "-") && !strings.HasPrefix(v, "--") && strings.ContainsAny(v[1:], "ef"):
+					s.add("power", c.seg, "kexec "+v)
+					return
+				}
+			}
+		}},
+		"busctl":    dbusPower,
+		"gdbus":     dbusPower,
+		"dbus-send": dbusPower,
+		"qdbus":     dbusPower,
 		"service": {[]string{"systemctl-stop"}, func(s *scanner, c call) {
 			if len(c.args) >= 2 {
 				switch c.args[1].first() {
@@ -86,6 +109,23 @@ func (s *scanner) kill(args []arg, seg string) {
 		}
 	}
 }
+
+// dbusPower checks D-Bus calls of logind's and systemd's power methods
+// (busctl call org.freedesktop.login1 ... PowerOff b false).
+var dbusPower = check{[]string{"power"}, func(s *scanner, c call) {
+	for _, a := range c.args {
+		v := a.first()
+		if i := strings.LastIndexByte(v, '.'); i >= 0 {
+			v = v[i+1:]
+		}
+		switch v {
+		case "PowerOff", "Reboot", "Halt", "KExec", "PowerOffWithFlags", "RebootWithFlags", "HaltWithFlags",
+			"KExecWithFlags", "Suspend", "Hibernate", "HybridSleep", "SuspendThenHibernate", "SoftReboot", "Sleep":
+			s.add("power", c.seg, "D-Bus "+v)
+			return
+		}
+	}
+}}
 
 // listsAllPids reports whether w holds a $(...) that lists every process:
 // kill -9 $(ps -eo pid), $(ps ax -o pid=), $(pgrep .): the same as kill

@@ -774,8 +774,61 @@ func (s *scanner) param(p *syntax.ParamExp) cands {
 		return val
 	case syntax.AlternateUnset, syntax.AlternateUnsetOrNull:
 		return union(s.wordCands(p.Exp.Word), one(""))
+	case syntax.RemSmallSuffix, syntax.RemLargeSuffix, syntax.RemSmallPrefix, syntax.RemLargePrefix:
+		// ${HOME%/*} is the home's parent: trim known values by a known
+		// pattern, as the shell would.
+		pat, ok := s.word(p.Exp.Word).lit()
+		if !ok || val.dyn {
+			return unknown
+		}
+		re, err := globRegexp(pat)
+		if err != nil {
+			return unknown
+		}
+		var out cands
+		for _, v := range val.vals {
+			if len(v) > 1024 {
+				return unknown // no path; and trimming is quadratic
+			}
+			out.vals = append(out.vals, trimMatch(v, re, p.Exp.Op))
+		}
+		return capCands(out)
 	}
 	return unknown
+}
+
+// trimMatch removes from v the shortest or longest suffix or prefix that
+// re (an anchored glob) matches, as ${v%pat}, ${v%%pat}, ${v#pat} and
+// ${v##pat} do.
+func trimMatch(v string, re interface{ MatchString(string) bool }, op syntax.ParExpOperator) string {
+	n := len(v)
+	switch op {
+	case syntax.RemSmallSuffix:
+		for i := n; i >= 0; i-- {
+			if re.MatchString(v[i:]) {
+				return v[:i]
+			}
+		}
+	case syntax.RemLargeSuffix:
+		for i := 0; i <= n; i++ {
+			if re.MatchString(v[i:]) {
+				return v[:i]
+			}
+		}
+	case syntax.RemSmallPrefix:
+		for i := 0; i <= n; i++ {
+			if re.MatchString(v[:i]) {
+				return v[i:]
+			}
+		}
+	case syntax.RemLargePrefix:
+		for i := n; i >= 0; i-- {
+			if re.MatchString(v[:i]) {
+				return v[i:]
+			}
+		}
+	}
+	return v
 }
 
 func contains(vs []string, v string) bool {
