@@ -217,3 +217,23 @@ func TestUnparsedIsNoForbiddenAction(t *testing.T) {
 		t.Errorf("floor in unparsed text: %+v", d)
 	}
 }
+
+// TestPrelude: what ran before in the same shell (earlier lines sent to a
+// background shell) holds for the next line: its functions, aliases,
+// variables and cd, without its own findings again (review N5: a function
+// defined on one line and called on the next passed unchecked).
+func TestPrelude(t *testing.T) {
+	c := testCtx
+	p := DefaultPolicy()
+	for prelude, cases := range map[string][]struct{ cmd, want, rule string }{
+		`f() { rm "$@"; }`:        {{`f -rf ~`, floor, "rm-system-dir"}, {`f notes.txt`, ok, ""}},
+		"alias x=rm\nchmod 777 a": {{`x -rf /`, floor, "rm-system-dir"}, {`ls`, ok, ""}},
+		`cd /; D=usr`:             {{`rm -rf $D`, floor, "rm-system-dir"}},
+		`set -- -rf /`:            {{`rm "$@"`, floor, "rm-system-dir"}},
+		`exec 3<<<'rm -rf /'`:     {{`bash <&3`, floor, "rm-system-dir"}},
+		"(((":/* does not parse */ {{`ls`, ok, ""}},
+	} {
+		c.Prelude = prelude
+		checkAll(t, p, c, cases)
+	}
+}

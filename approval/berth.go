@@ -1,6 +1,9 @@
 package approval
 
-import "strings"
+import (
+	"path"
+	"strings"
+)
 
 // berthChecks are berth itself (the front and the engine) and Hermes: an
 // agent must not lower the gate it runs behind, by writing the
@@ -56,7 +59,12 @@ func (s *scanner) berth(c call) {
 		s.add("nested-berth", c.seg, c.name+" with a subcommand only known at run time")
 	case berthReads[sub]:
 	case strings.HasPrefix(sub, "config "):
-		s.add("write-berth-config", c.seg, c.name+" "+sub)
+		// The CLI writes the file itself: where it lands is known.
+		at, located := []string(nil), false
+		if p := s.ctx.ConfigPath; p != "" && path.IsAbs(p) {
+			at, located = []string{s.followed(path.Clean(p), true)}, true
+		}
+		s.addAt("write-berth-config", c.seg, c.name+" "+sub, at, located)
 	default:
 		s.add("nested-berth", c.seg, c.name+" "+sub)
 	}

@@ -317,7 +317,8 @@ func (s *scanner) deviceArg(a arg) bool {
 func (s *scanner) devices(args []arg, id, seg string) {
 	for _, a := range args {
 		if s.deviceArg(a) {
-			s.add(id, seg, a.show())
+			at, located := s.targetsOf(a)
+			s.addAt(id, seg, a.show(), at, located)
 			return
 		}
 	}
@@ -329,13 +330,15 @@ func (s *scanner) writeTarget(a arg, seg string) {
 		if v == "" {
 			continue
 		}
-		p, _ := s.resolvePath(v)
+		p, abs := s.resolvePath(v)
+		r := s.lands(v)
+		at, located := []string{r}, abs && !strings.HasPrefix(p, homeMark)
 		if id := s.sensitiveWrite(p); id != "" {
-			s.add(id, seg, p)
+			s.addAt(id, seg, p, at, located)
 		}
-		if r := s.lands(v); r != p {
+		if r != p {
 			if id := s.sensitiveWrite(r); id != "" {
-				s.add(id, seg, p+" (a link to "+r+")")
+				s.addAt(id, seg, p+" (a link to "+r+")", at, located)
 			}
 		}
 	}

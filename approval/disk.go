@@ -23,7 +23,8 @@ func diskChecks() map[string]check {
 		"shred": {append([]string{"disk-wipe"}, writeRules...), func(s *scanner, c call) {
 			for _, t := range parseOpts(c.args, "ns", []string{"iterations", "size", "random-source"}, true).operands {
 				if s.deviceArg(t) {
-					s.add("disk-wipe", c.seg, t.show())
+					at, located := s.targetsOf(t)
+					s.addAt("disk-wipe", c.seg, t.show(), at, located)
 				} else {
 					s.writeTarget(t, c.seg)
 				}
@@ -122,7 +123,8 @@ func (s *scanner) mkfs(args []arg, seg string) {
 		v := a.first()
 		if valued[v] {
 			if i+1 < len(args) && s.deviceArg(args[i+1]) && !args[i+1].dyn {
-				s.add("mkfs-device", seg, args[i+1].show())
+				at, located := s.targetsOf(args[i+1])
+				s.addAt("mkfs-device", seg, args[i+1].show(), at, located)
 				return
 			}
 			i++
@@ -132,7 +134,8 @@ func (s *scanner) mkfs(args []arg, seg string) {
 			continue
 		}
 		if s.deviceArg(a) {
-			s.add("mkfs-device", seg, a.show())
+			at, located := s.targetsOf(a)
+			s.addAt("mkfs-device", seg, a.show(), at, located)
 			return
 		}
 	}

@@ -63,10 +63,13 @@ func (s *scanner) inline(fd *syntax.FuncDecl, args []arg) {
 	s.calling[name] = true
 	restore := s.savePositional()
 	s.setPositional(args)
-	funcs := s.inFunc
+	funcs, text := s.inFunc, s.text
 	s.inFunc = 0
+	if t, ok := s.funcText[fd]; ok {
+		s.text = t
+	}
 	s.walk(fd.Body)
-	s.inFunc = funcs
+	s.inFunc, s.text = funcs, text
 	restore()
 	delete(s.calling, name)
 }

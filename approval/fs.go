@@ -114,7 +114,7 @@ func (s *scanner) link(args []arg, seg string) {
 				}
 				for _, q := range []string{p, s.followed(p, abs)} {
 					if s.isFloorTree(q) || s.sensitiveWrite(q) != "" {
-						s.add("link-sensitive", seg, q)
+						s.addAt("link-sensitive", seg, q, []string{s.followed(p, abs)}, true)
 					}
 				}
 			}
@@ -176,6 +176,7 @@ func (s *scanner) rm(name string, args []arg, io ioInfo, seg string) {
 		s.add("no-preserve-root", seg, "")
 	}
 	routine := len(o.operands) > 0 && !io.xargs
+	at, located := s.targetsOf(o.operands...)
 	for _, t := range o.operands {
 		lit, isLit := t.lit()
 		if !isLit {
@@ -188,14 +189,14 @@ func (s *scanner) rm(name string, args []arg, io ioInfo, seg string) {
 			p, abs := s.resolvePath(v)
 			r := s.operandFollowed(v, p, abs)
 			if rec && abs && s.isFloorTree(p) {
-				s.add("rm-system-dir", seg, p)
+				s.addAt("rm-system-dir", seg, p, at, located)
 			}
 			if rec && r != p && s.isFloorTree(r) {
-				s.add("rm-system-dir", seg, p+" (a link to "+r+")")
+				s.addAt("rm-system-dir", seg, p+" (a link to "+r+")", at, located)
 			}
 			for _, q := range []string{p, r} {
 				if id := s.sensitiveWrite(q); id != "" && mustRule(id).Level == Dangerous {
-					s.add(id, seg, q)
+					s.addAt(id, seg, q, []string{r}, abs)
 				}
 			}
 			// rm -r LINK/ empties the link's target: an operand that is
@@ -207,7 +208,7 @@ func (s *scanner) rm(name string, args []arg, io ioInfo, seg string) {
 		}
 	}
 	if rec && !routine {
-		s.add("rm-recursive", seg, "")
+		s.addAt("rm-recursive", seg, "", at, located && !io.xargs)
 	}
 	if io.xargs && name == "rm" {
 		s.add("xargs-rm", seg, "")
@@ -251,11 +252,12 @@ func (s *scanner) chperm(name string, args []arg, seg string) {
 	if !reference && len(operands) > 0 {
 		spec, targets = operands[0], operands[1:]
 	}
+	at, located := s.targetsOf(targets...)
 	if rec {
 		for _, t := range targets {
 			for _, v := range t.vals {
 				if p, abs := s.resolvePath(v); abs && (s.isFloorTree(p) || s.isFloorTree(s.followed(p, abs))) {
-					s.add("chmod-system-dir", seg, p)
+					s.addAt("chmod-system-dir", seg, p, at, located)
 				}
 			}
 		}
@@ -263,10 +265,10 @@ func (s *scanner) chperm(name string, args []arg, seg string) {
 	switch name {
 	case "chmod":
 		if !reference && worldWritable(spec.first()) {
-			s.add("chmod-world-writable", seg, spec.first())
+			s.addAt("chmod-world-writable", seg, spec.first(), at, located)
 		}
 		if rec {
-			s.add("chmod-recursive", seg, "")
+			s.addAt("chmod-recursive", seg, "", at, located)
 		}
 	case "chown":
 		owner := spec.first()
@@ -274,7 +276,7 @@ func (s *scanner) chperm(name string, args []arg, seg string) {
 			owner = owner[:i]
 		}
 		if rec && !reference && (owner == "root" || owner == "0") {
-			s.add("chown-recursive-root", seg, spec.first())
+			s.addAt("chown-recursive-root", seg, spec.first(), at, located)
 		}
 	}
 }
@@ -325,7 +327,8 @@ func (s *scanner) mv(args []arg, seg string) {
 	for _, src := range sources {
 		for _, v := range src.vals {
 			if p, abs := s.resolvePath(v); abs && (s.isFloorTree(p) || s.isFloorTree(s.followed(p, abs))) {
-				s.add("mv-system-dir", seg, p)
+				at, located := s.targetsOf(src)
+				s.addAt("mv-system-dir", seg, p, at, located)
 			}
 		}
 		s.writeTarget(src, seg)
@@ -513,7 +516,7 @@ func (s *scanner) find(args []arg, seg string) {
 		case "-delete":
 			s.add("find-delete", seg, "-delete")
 			if floorStart != "" {
-				s.add("rm-system-dir", seg, "find "+floorStart+" -delete")
+				s.addAt("rm-system-dir", seg, "find "+floorStart+" -delete", []string{s.followed(floorStart, true)}, true)
 			}
 		case "-exec", "-execdir", "-ok", "-okdir":
 			j := i + 1
@@ -527,11 +530,11 @@ func (s *scanner) find(args []arg, seg string) {
 				case "rm", "shred", "unlink":
 					s.add("find-delete", seg, "-exec "+name)
 					if floorStart != "" {
-						s.add("rm-system-dir", seg, "find "+floorStart+" -exec "+name)
+						s.addAt("rm-system-dir", seg, "find "+floorStart+" -exec "+name, []string{s.followed(floorStart, true)}, true)
 					}
 				case "chmod", "chown", "chgrp", "chattr", "setfacl":
 					if floorStart != "" {
-						s.add("chmod-system-dir", seg, "find "+floorStart+" -exec "+name)
+						s.addAt("chmod-system-dir", seg, "find "+floorStart+" -exec "+name, []string{s.followed(floorStart, true)}, true)
 					}
 				}
 				s.command(inner, ioInfo{}, "")
@@ -574,10 +577,11 @@ func (s *scanner) rsync(args []arg, seg string) {
 		if strings.Contains(v, ":") && !strings.HasPrefix(v, "/") {
 			continue // a remote destination
 		}
+		at, located := s.targetsOf(litArg(v))
 		if p, abs := s.resolvePath(v); abs && (s.isFloorTree(p) || s.isFloorTree(s.followed(p, abs))) {
-			s.add("rm-system-dir", seg, "rsync --delete into "+p)
+			s.addAt("rm-system-dir", seg, "rsync --delete into "+p, at, located)
 		} else {
-			s.add("rm-recursive", seg, "rsync --delete")
+			s.addAt("rm-recursive", seg, "rsync --delete", at, located && !dest.dyn)
 		}
 	}
 }
@@ -598,14 +602,15 @@ func (s *scanner) tarRemove(args []arg, seg string) {
 	if len(operands) > 0 && !strings.HasPrefix(args[0].first(), "-") {
 		operands = operands[1:] // tar cf ARCHIVE ...: the first word was the options
 	}
+	at, located := s.targetsOf(operands...)
 	for _, t := range operands {
 		for _, v := range t.vals {
 			if p, abs := s.resolvePath(v); abs && (s.isFloorTree(p) || s.isFloorTree(s.followed(p, abs))) {
-				s.add("rm-system-dir", seg, "tar --remove-files "+p)
+				s.addAt("rm-system-dir", seg, "tar --remove-files "+p, at, located)
 			}
 		}
 	}
-	s.add("rm-recursive", seg, "tar --remove-files")
+	s.addAt("rm-recursive", seg, "tar --remove-files", at, located)
 }
 
 // attrs checks chattr and setfacl: a recursive change of / or a system
@@ -638,10 +643,11 @@ func (s *scanner) attrs(name string, args []arg, seg string) {
 	if !rec {
 		return
 	}
+	at, located := s.targetsOf(targets...)
 	for _, t := range targets {
 		for _, v := range t.vals {
 			if p, abs := s.resolvePath(v); abs && (s.isFloorTree(p) || s.isFloorTree(s.followed(p, abs))) {
-				s.add("chmod-system-dir", seg, name+" -R "+p)
+				s.addAt("chmod-system-dir", seg, name+" -R "+p, at, located)
 			}
 		}
 	}

@@ -78,6 +78,11 @@ type Context struct {
 	// are spelled, so a link to berth's home or to the home directory does
 	// not hide them.
 	Resolve func(path string) string
+	// Prelude is shell text that ran before in the same shell (the earlier
+	// lines of input sent to a background shell): the command is checked
+	// with the variables, functions, aliases, cd and positional parameters
+	// it left, and its own findings are not reported again.
+	Prelude string
 	// Names are the functions and aliases the session's shell already
 	// defines (from earlier calls): a command calling one runs whatever
 	// its definition says, which berth cannot see, so it is dynamic.
@@ -230,6 +235,7 @@ func (p *Policy) CheckWrite(file string, c Context) Verdict {
 
 // judge turns findings into a verdict.
 func (p *Policy) judge(subject string, findings []Finding, segments []string, whole string, c Context) Verdict {
+	findings = confinedFindings(c, findings)
 	v := Verdict{Subject: subject, Findings: findings, Segments: segments, whole: whole}
 	for _, d := range p.deny {
 		hit := d.matchText(whole)

@@ -33,6 +33,12 @@ type Finding struct {
 	Command string
 	// Detail names what made it match, e.g. the path "/usr".
 	Detail string
+	// targets are the absolute paths (links followed) the finding's action
+	// writes, removes or changes, when all of them are known (located):
+	// under workspace confinement the kernel refuses those outside the
+	// writable trees.
+	targets []string
+	located bool
 }
 
 // arg is one shell word after expansion as far as it can be done before
@@ -127,8 +133,10 @@ type scanner struct {
 	posKnown   bool   // set --, sh -c ... ARGS, or a function call bound them
 	inFunc     int    // walking the body of a function definition
 	funcs      map[string]*syntax.FuncDecl
-	aliases    map[string]string // aliases defined in the text, name to value
-	calling    map[string]bool   // functions being inlined (no recursion)
+	funcText   map[*syntax.FuncDecl]string // the text each function was parsed from
+	silent     bool                        // walking Context.Prelude: effects only
+	aliases    map[string]string           // aliases defined in the text, name to value
+	calling    map[string]bool             // functions being inlined (no recursion)
 	fds        map[string]fdSource
 	ifsSet     bool              // IFS is assigned in the text
 	links      map[string]string // paths followed through their links (Context.Resolve)
@@ -146,6 +154,16 @@ type fdSource struct {
 // command it contains (normalized).
 func scan(sc *shparse.Script, c Context) *scanner {
 	s := newScanner(c)
+	if c.Prelude != "" {
+		// What ran before in the same shell: its variables, functions,
+		// aliases, cd and set -- hold for the command; its findings were
+		// decided when it ran.
+		if f, err := shparse.Parse(c.Prelude); err == nil {
+			s.silent, s.text, s.depth = true, c.Prelude, 1
+			s.walk(f)
+			s.silent, s.depth, s.steps, s.stopped = false, 0, 0, false
+		}
+	}
 	s.root = sc.Text
 	s.parsed(sc.Text, sc.File, sc.Err, sc.Text)
 	return s
@@ -155,7 +173,7 @@ func newScanner(c Context) *scanner {
 	s := &scanner{
 		ctx: c, vars: map[string]cands{}, upstream: map[*syntax.Stmt][]*syntax.Stmt{},
 		seen: map[string]bool{}, segSeen: map[string]bool{},
-		funcs: map[string]*syntax.FuncDecl{}, aliases: map[string]string{}, calling: map[string]bool{}, fds: map[string]fdSource{},
+		funcs: map[string]*syntax.FuncDecl{}, funcText: map[*syntax.FuncDecl]string{}, aliases: map[string]string{}, calling: map[string]bool{}, fds: map[string]fdSource{},
 		links: map[string]string{}, made: map[string]string{},
 	}
 	if c.Cwd != "" && (path.IsAbs(c.Cwd) || c.Cwd == "~" || strings.HasPrefix(c.Cwd, "~/")) {
@@ -170,6 +188,9 @@ func newScanner(c Context) *scanner {
 
 // add records a finding once.
 func (s *scanner) add(id, seg, detail string) {
+	if s.silent {
+		return
+	}
 	key := id + "\x00" + seg + "\x00" + detail
 	if s.seen[key] {
 		return
@@ -181,8 +202,50 @@ func (s *scanner) add(id, seg, detail string) {
 // maxSegments bounds the normalized commands kept for the deny patterns.
 const maxSegments = 200000
 
+// addAt records a finding whose action reaches only targets (absolute
+// paths, links followed); located is false when some target is not known
+// before the command runs.
+func (s *scanner) addAt(id, seg, detail string, targets []string, located bool) {
+	if s.silent {
+		return
+	}
+	key := id + "\x00" + seg + "\x00" + detail
+	if s.seen[key] {
+		return
+	}
+	s.seen[key] = true
+	s.findings = append(s.findings, Finding{Rule: mustRule(id), Command: seg, Detail: detail, targets: targets, located: located})
+}
+
+// targetsOf returns where the words land (absolute, links followed), and
+// whether every one is known.
+func (s *scanner) targetsOf(args ...arg) ([]string, bool) {
+	var out []string
+	located := true
+	for _, a := range args {
+		if a.dyn {
+			located = false
+		}
+		for _, v := range a.vals {
+			if v == "" {
+				continue
+			}
+			p, abs := s.resolvePath(v)
+			if !abs || strings.HasPrefix(p, homeMark) {
+				located = false
+				continue
+			}
+			out = append(out, s.lands(v))
+		}
+	}
+	return out, located && len(out) > 0
+}
+
 // record notes a normalized simple command.
 func (s *scanner) record(seg string) {
+	if s.silent {
+		return
+	}
 	if seg != "" && !s.segSeen[seg] && len(s.segments) < maxSegments {
 		s.segSeen[seg] = true
 		s.segments = append(s.segments, seg)
@@ -998,6 +1061,7 @@ func (s *scanner) funcDecl(fd *syntax.FuncDecl) {
 	name := fd.Name.Value
 	if _, ok := s.funcs[name]; !ok || s.inFunc == 0 {
 		s.funcs[name] = fd
+		s.funcText[fd] = s.text
 	}
 	if name == "command_not_found_handle" {
 		s.add("dynamic-command", clip("command_not_found_handle() "+s.nodeText(fd.Body)), "command_not_found_handle runs for every command that is not found, with its words as arguments")
