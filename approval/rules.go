@@ -62,7 +62,7 @@ var rules = []Rule{
 	{"shell-from-pipe", Dangerous, "a shell reading its script from another command's output runs code berth cannot see"},
 	{"dynamic-command", Dangerous, "the program name (or eval/sh -c text) is only known at run time, so berth cannot check what runs"},
 	{"unparsed", Dangerous, "berth could not parse the command, so it cannot check what it does"},
-	{"too-deep", Dangerous, "commands nested deeper than berth follows (sh -c inside sh -c ...) cannot be checked"},
+	{"too-deep", Dangerous, "commands nested deeper than berth follows (sh -c inside sh -c ..., more than 1000 levels of brackets in such text) or longer than it walks (20 000 commands) cannot be checked whole"},
 	{"sql-destructive", Dangerous, "SQL DROP, TRUNCATE, or DELETE/UPDATE without WHERE destroys data in the database"},
 	{"git-reset-hard", Dangerous, "git reset --hard throws away uncommitted changes"},
 	{"git-clean-force", Dangerous, "git clean -f deletes untracked files (with -d, untracked directories), with no undo"},

@@ -799,6 +799,14 @@ func (s *scanner) lookup(name string) (cands, bool) {
 		if s.cwd != "" {
 			return one(s.cwd), true
 		}
+	case "BERTH_HOME":
+		if s.ctx.BerthHome != "" {
+			return one(path.Clean(s.ctx.BerthHome)), true
+		}
+	case "BERTH_CONFIG":
+		if s.ctx.ConfigPath != "" {
+			return one(path.Clean(s.ctx.ConfigPath)), true
+		}
 	}
 	return unknown, false
 }

@@ -59,6 +59,7 @@ func TestSymlinks(t *testing.T) {
 		{`ln -s ~ /tmp/h; rm -rf /tmp/h/`, floor, "rm-system-dir"},
 		{`ln -s ` + bh + ` hh; echo 'approvals: {mode: off}' > hh/config.yaml`, ask, "write-berth-config"},
 		{`ln -s ~/.ssh keys`, ask, "link-sensitive"},
+		{`ln -s "$BERTH_HOME" h2`, ask, "link-sensitive"},
 		{`ln -s ~/.berth/config.yaml c.yaml`, ask, "link-sensitive"},
 		{`ln ~/.bashrc rc`, ask, "link-sensitive"},
 		{`ln -s /etc etc-link`, ask, "link-sensitive"},

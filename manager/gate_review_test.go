@@ -22,7 +22,7 @@ func (nativeGuard) NativeFS() bool { return true }
 
 // setupNative is setup for a guarded local environment that says its
 // files are this machine's; it returns the config file's path.
-func setupNative(t *testing.T) (*manager.Manager, string) {
+func setupNative(t *testing.T, env ...string) (*manager.Manager, string) {
 	t.Helper()
 	dir := t.TempDir()
 	home := filepath.Join(dir, "berth")
@@ -34,6 +34,9 @@ func setupNative(t *testing.T) (*manager.Manager, string) {
 		t.Fatal(err)
 	}
 	vars := map[string]string{"HOME": dir, "BERTH_HOME": home}
+	for i := 0; i+1 < len(env); i += 2 {
+		vars[env[i]] = env[i+1]
+	}
 	cfg, err := config.Load(config.LoadOptions{Getenv: func(k string) string { return vars[k] }})
 	if err != nil {
 		t.Fatal(err)
@@ -57,11 +60,17 @@ func setupNative(t *testing.T) (*manager.Manager, string) {
 // question. The manager gives a local environment the resolver, so the
 // gate sees where the write lands.
 func TestWriteThroughLinkToBerthHome(t *testing.T) {
-	m, cfgPath := setupNative(t)
 	dir := t.TempDir()
+	m, cfgPath := setupNative(t, "TERMINAL_CWD", dir)
 	link := filepath.Join(dir, "h")
 	if err := os.Symlink(filepath.Dir(cfgPath), link); err != nil {
 		t.Fatal(err)
+	}
+	// The environment's first command, with a relative path: the shell's
+	// cwd is not known yet, and where it starts is what counts.
+	r := m.Run(context.Background(), "first", terminal.Request{Command: "printf 'approvals:\\n  mode: off\\n' >> h/config.yaml"})
+	if r.Approval == nil || r.Approval.Allowed() || r.Approval.Rule != "write-berth-config" {
+		t.Errorf("a relative write through the link in the first command: %+v %+v", r.Approval, r.Error)
 	}
 	d, err := m.ApproveWrite(context.Background(), "k", filepath.Join(link, "config.yaml"))
 	if err != nil {
@@ -70,7 +79,7 @@ func TestWriteThroughLinkToBerthHome(t *testing.T) {
 	if d == nil || d.Allowed() || d.Rule != "write-berth-config" {
 		t.Errorf("write_file through a link to berth's home: %+v", d)
 	}
-	r := m.Run(context.Background(), "k", terminal.Request{Command: "printf 'approvals:\\n  mode: off\\n' >> " + link + "/config.yaml"})
+	r = m.Run(context.Background(), "k", terminal.Request{Command: "printf 'approvals:\\n  mode: off\\n' >> " + link + "/config.yaml"})
 	if r.Approval == nil || r.Approval.Allowed() || r.Approval.Rule != "write-berth-config" {
 		t.Errorf("a redirection through the link: %+v", r.Approval)
 	}

@@ -123,6 +123,12 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 			}
 			c.BerthHome, c.ConfigPath = m.cfg.Home, m.cfg.Path
 			c.Resolve = approval.NativeResolve
+			if c.Cwd == "" {
+				// Before its first command the shell's cwd is not known yet:
+				// on this machine's files it starts in terminal.cwd, read
+				// against berth's own directory ("" and "." are that).
+				c.Cwd = hostStartDir(m.cfg.Terminal.Cwd, c.Home)
+			}
 		}
 		c.Names = env.Session().Names()
 	}
@@ -130,6 +136,26 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 		c.Cwd = workdir
 	}
 	return c
+}
+
+// hostStartDir is where a shell on this machine's files starts for
+// terminal.cwd cwd: absolute as given, ~ in home, anything else against
+// berth's own working directory; "" when that cannot be known.
+func hostStartDir(cwd, home string) string {
+	switch {
+	case filepath.IsAbs(cwd):
+		return filepath.Clean(cwd)
+	case cwd == "~" || strings.HasPrefix(cwd, "~/"):
+		if home == "" {
+			return ""
+		}
+		return filepath.Join(home, cwd[1:])
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(wd, cwd)
 }
 
 // ApproveWrite decides whether a file tool may write path in key's
