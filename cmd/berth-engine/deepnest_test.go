@@ -5,10 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -64,39 +65,62 @@ func TestDeepNestingOverMCP(t *testing.T) {
 }
 
 // TestDeepNestingOverServe: the same over berth serve's HTTP, from one
-// session while another holds state.
+// session while another holds state. The 64 MiB request is streamed, as a
+// client would send it (a test process holding it would pass it on to the
+// children later tests fork, whose peak RSS they measure).
 func TestDeepNestingOverServe(t *testing.T) {
 	url := startServe(t, "--token", "tok-deep")
-	connect := func() *mcp.ClientSession {
-		tr := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: withToken{"tok-deep"}}}
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "deep", Version: "1"}, nil).Connect(context.Background(), tr, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cs.Close() })
-		return cs
-	}
-	a, b := connect(), connect()
-	mcpCall(t, a, "terminal", map[string]any{"command": "export KEEP=kept-a; cd /tmp"})
-	var sb strings.Builder
-	w := bufio.NewWriter(&sb)
-	writeDeep(w, maxMCPLevels-64) // JSON framing of the SDK's request
-	w.Flush()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	res, err := b.CallTool(ctx, &mcp.CallToolParams{Name: "terminal", Arguments: map[string]any{"command": sb.String()}})
-	sb.Reset()
+	tr := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: withToken{"tok-deep"}}}
+	a, err := mcp.NewClient(&mcp.Implementation{Name: "deep", Version: "1"}, nil).Connect(context.Background(), tr, nil)
 	if err != nil {
-		t.Fatalf("64 MiB of nesting: %v", err)
+		t.Fatal(err)
 	}
-	if text := res.Content[0].(*mcp.TextContent).Text; !res.IsError || !strings.Contains(text, nestBound) {
-		t.Fatalf("64 MiB of nesting: %.300s, want an error naming the bound", text)
+	t.Cleanup(func() { a.Close() })
+	mcpCall(t, a, "terminal", map[string]any{"command": "export KEEP=kept-a; cd /tmp"})
+
+	// Session b, by hand: initialize, initialized, then the streamed call.
+	post := func(session string, body io.Reader) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", url, body)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer tok-deep")
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST: %v", err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return resp, string(b)
+	}
+	resp, body := post("", strings.NewReader(initLine))
+	session := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || session == "" {
+		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+	}
+	post(session, strings.NewReader(noteLine))
+	pr, pw := io.Pipe()
+	go func() {
+		w := bufio.NewWriterSize(pw, 1<<20)
+		w.WriteString(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"terminal","arguments":{"command":"`)
+		writeDeep(w, maxMCPLevels)
+		w.WriteString("\"}}}")
+		w.Flush()
+		pw.Close()
+	}()
+	resp, body = post(session, pr)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"isError":true`) || !strings.Contains(body, nestBound) {
+		t.Fatalf("64 MiB of nesting: %d %.400s, want a tool error naming the bound", resp.StatusCode, body)
 	}
 	if r := mcpCall(t, a, "terminal", map[string]any{"command": "echo $KEEP; pwd"}); r["output"] != "kept-a\n/tmp" {
 		t.Fatalf("the other session after the refusal: %v", r)
 	}
-	if r := mcpCall(t, b, "terminal", map[string]any{"command": "echo still-serving"}); r["output"] != "still-serving" {
-		t.Fatalf("the refused session: %v", r)
+	resp, body = post(session, strings.NewReader(toolCall(3, "terminal", map[string]any{"command": "echo still-serving"})))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `still-serving`) {
+		t.Fatalf("the refused session: %d %.300s", resp.StatusCode, body)
 	}
 }
 
@@ -110,13 +134,21 @@ func TestDeepNestingThroughDaemon(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("no daemon after the first call")
 	}
-	var sb strings.Builder
-	w := bufio.NewWriter(&sb)
-	writeDeep(w, (16<<20-64)/2)
-	w.WriteString("\n")
-	w.Flush()
-	out, errs, code := d.run(t, sb.String(), "shell", "--json", "--task", "t")
-	sb.Reset()
+	cmd := exec.Command(berthBin, "shell", "--json", "--task", "t")
+	cmd.Env = d.env
+	pr, pw := io.Pipe()
+	cmd.Stdin = pr
+	go func() { // streamed: see TestDeepNestingOverServe
+		w := bufio.NewWriterSize(pw, 1<<20)
+		writeDeep(w, (16<<20-64)/2)
+		w.WriteString("\n")
+		w.Flush()
+		pw.Close()
+	}()
+	var outb, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &outb, &errb
+	cmd.Run()
+	out, errs, code := outb.String(), errb.String(), cmd.ProcessState.ExitCode()
 	var r map[string]any
 	if err := json.Unmarshal([]byte(out), &r); err != nil || !strings.Contains(fmt.Sprint(r["error"]), nestBound) {
 		t.Fatalf("berth shell with 16 MiB of nesting: exit %d, %.300s (%v), stderr %.300s", code, out, err, errs)
