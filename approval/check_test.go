@@ -1,12 +1,17 @@
 package approval
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
-// testCtx is a local machine: the user dev in a project directory.
-var testCtx = Context{Backend: "local", Cwd: "/home/dev/proj", Home: "/home/dev", BerthHome: "/home/dev/.berth", ConfigPath: "/home/dev/.berth/config.yaml"}
+// testCtx is a local machine: the user dev in a project directory, on a
+// file system without symbolic links (the manager gives a local backend
+// NativeResolve; these tests must not depend on this machine's files).
+var testCtx = Context{Backend: "local", Cwd: "/home/dev/proj", Home: "/home/dev", BerthHome: "/home/dev/.berth", ConfigPath: "/home/dev/.berth/config.yaml",
+	Resolve: func(p string) string { return p }}
 
 const (
 	ok    = "allow" // no rule matched
@@ -440,16 +445,47 @@ func BenchmarkCheck(b *testing.B) {
 // holds after them.
 func TestHostileInputs(t *testing.T) {
 	p := DefaultPolicy()
+	n := 250000 // 500 KB: the depth that overflowed the parser's stack (F4)
 	for name, cmd := range map[string]string{
-		"nested substitutions": "echo " + strings.Repeat("$(", 2000) + strings.Repeat(")", 2000),
+		"nested parentheses":   strings.Repeat("((", n/2) + "true" + strings.Repeat("))", n/2),
+		"nested substitutions": "echo " + strings.Repeat("$(", n) + strings.Repeat(")", n),
+		"nested arithmetic":    "echo $((" + strings.Repeat("(", n) + "1" + strings.Repeat(")", n) + "))",
+		"nested bash -c":       "bash -c '" + strings.Repeat("((", n/2) + "1" + strings.Repeat("))", n/2) + "'",
+		"nested eval":          "eval '" + strings.Repeat("$(", n) + strings.Repeat(")", n) + "'",
+		"heredoc to bash":      "bash <<'EOF'\n" + strings.Repeat("(", n) + "true" + strings.Repeat(")", n) + "\nEOF",
+		"doubling functions":   doublingFuncs(40),
+		"many functions":       manyFuncs(3000),
+		"self-calling alias":   "alias a='a a'\na",
 		"doubling variable":    "X=a; " + strings.Repeat("X=$X$X; ", 60) + "true",
 		"brace product":        "echo " + strings.Repeat("{a,b,c}", 40),
 		"nested shells":        strings.Repeat(`bash -c "`, 1) + strings.Repeat(`eval `, 200) + `ls"`,
 		"long chain":           strings.Repeat("echo a && ", 5000) + "ls",
 	} {
-		v := p.Check(cmd+"; rm -rf /", testCtx)
+		start := time.Now()
+		v := p.Check(cmd+"\nrm -rf /", testCtx)
 		if v.Action != Block || v.By != ByFloor {
 			t.Errorf("%s followed by rm -rf /: %s by %q", name, v.Action, v.By)
 		}
+		t.Logf("%s: %v", name, time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// doublingFuncs defines n functions, each calling the next twice, and
+// calls the first: inlined naively that is 2^n calls.
+func doublingFuncs(n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "f%d() { f%d; f%d; }\n", i, i+1, i+1)
+	}
+	b.WriteString("f0")
+	return b.String()
+}
+
+// manyFuncs defines n functions that call each other in a ring.
+func manyFuncs(n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "f%d() { f%d & f%d; }\n", i, (i+1)%n, (i+2)%n)
+	}
+	return b.String()
 }

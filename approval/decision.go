@@ -1,10 +1,5 @@
 package approval
 
-import (
-	"encoding/json"
-	"strings"
-)
-
 // Outcome is what was decided about a command.
 type Outcome string
 
@@ -117,21 +112,4 @@ func newDecision(o Outcome, by By, need []Finding, pattern, msg string) *Decisio
 		d.Rules = nil
 	}
 	return d
-}
-
-// configSetLine returns the berth config set command that sets key to list.
-func configSetLine(key string, list []string) string {
-	if list == nil {
-		list = []string{}
-	}
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(list)
-	return "berth config set " + key + " " + shellQuote(strings.TrimSpace(b.String()))
-}
-
-// shellQuote single-quotes s for a POSIX shell.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -86,17 +86,19 @@ func TestGateAnswers(t *testing.T) {
 		t.Fatalf("after EndSession: %+v", d)
 	}
 
+	// always saves the pattern key, as Hermes does: every recursive
+	// removal is allowed from then on (the floor still holds).
 	always := &scriptedAsker{answers: []Answer{AnswerAlways}}
 	d = g.Command(WithAsker(ctx, always), "s3", "rm -rf old-data", testCtx)
-	if d.Outcome != ApprovedAlways || d.Pattern != "rm -rf old-data" {
+	if d.Outcome != ApprovedAlways || d.Pattern != "recursive delete" {
 		t.Fatalf("always: %+v", d)
 	}
-	if len(saved) != 1 || strings.Join(saved[0], ",") != "rm -rf old-data" {
+	if len(saved) != 1 || strings.Join(saved[0], ",") != "recursive delete" {
 		t.Fatalf("persisted %q", saved)
 	}
 	// Now allowlisted, in any session, without asking.
 	none := &scriptedAsker{}
-	d = g.Command(WithAsker(ctx, none), "s9", "rm -rf old-data", testCtx)
+	d = g.Command(WithAsker(ctx, none), "s9", "rm -rf other-data", testCtx)
 	if d.Outcome != Allowed || d.By != ByAllowlist || none.asked() != 0 {
 		t.Fatalf("after always: %+v", d)
 	}
@@ -108,11 +110,13 @@ func TestGateBlockedWithoutAsker(t *testing.T) {
 	if d.Allowed() || d.Outcome != Blocked || d.By != ByRule {
 		t.Fatalf("%+v", d)
 	}
-	want := `berth config set command_allowlist '["make deploy","git push --force origin main"]'`
-	for _, s := range []string{"BLOCKED: `git push --force origin main` needs the user's approval", want, "berth config set approvals.mode off"} {
+	for _, s := range []string{"BLOCKED: `git push --force origin main` needs the user's approval", "Only the user can allow it"} {
 		if !strings.Contains(d.Message, s) {
 			t.Errorf("message lacks %q:\n%s", s, d.Message)
 		}
+	}
+	if strings.Contains(d.Message, "berth config set") {
+		t.Errorf("message hands the agent a config line:\n%s", d.Message)
 	}
 	var be *BlockedError
 	if err := d.Err(); !errors.As(err, &be) || err.Error() != d.Message {

@@ -1,7 +1,9 @@
 package approval
 
 import (
+	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -24,7 +26,16 @@ var systemDirs = map[string]bool{
 	"/usr/libexec": true, "/usr/include": true, "/usr/local": true, "/usr/share": true, "/usr/src": true,
 	"/var/lib": true, "/var/log": true, "/var/spool": true, "/var/mail": true,
 	"/nix": true, "/nix/store": true,
-	"/System": true, "/Library": true, "/Applications": true, "/Users": true, "/Volumes": true,
+	// Trees the system cannot run (or be updated) without: the multiarch
+	// libraries, kernel modules and firmware, the package databases.
+	"/lib/x86_64-linux-gnu": true, "/usr/lib/x86_64-linux-gnu": true, "/lib/aarch64-linux-gnu": true,
+	"/usr/lib/aarch64-linux-gnu": true, "/lib/i386-linux-gnu": true, "/usr/lib/i386-linux-gnu": true,
+	"/lib/arm-linux-gnueabihf": true, "/usr/lib/arm-linux-gnueabihf": true,
+	"/lib/modules": true, "/usr/lib/modules": true, "/lib/firmware": true, "/usr/lib/firmware": true,
+	"/lib/systemd": true, "/usr/lib/systemd": true, "/boot/efi": true,
+	"/var/lib/dpkg": true, "/var/lib/apt": true, "/var/lib/rpm": true, "/var/lib/pacman": true,
+	"/var/lib/systemd": true,
+	"/System":          true, "/Library": true, "/Applications": true, "/Users": true, "/Volumes": true,
 	"/private": true, "/private/etc": true, "/private/var": true,
 }
 
@@ -50,6 +61,16 @@ func matchesAnything(base string) bool {
 // become the home directory, a relative path is joined to cwd when cwd is
 // known. abs reports whether the result is absolute (or home-rooted).
 func (s *scanner) resolvePath(p string) (string, bool) {
+	raw, abs := s.rawPath(p)
+	if raw == "" {
+		return "", false
+	}
+	return path.Clean(raw), abs
+}
+
+// rawPath is resolvePath without the final cleaning: "a/../b" keeps its
+// "..", which the kernel applies after following a link.
+func (s *scanner) rawPath(p string) (string, bool) {
 	if p == "" {
 		return "", false
 	}
@@ -59,7 +80,7 @@ func (s *scanner) resolvePath(p string) (string, bool) {
 		if home != "" {
 			p = home + p[len(homeMark):]
 		} else {
-			return path.Clean(p), true
+			return p, true
 		}
 	case strings.HasPrefix(p, "~"):
 		// ~user: another user's home.
@@ -72,16 +93,135 @@ func (s *scanner) resolvePath(p string) (string, bool) {
 	}
 	if !strings.HasPrefix(p, "/") {
 		if s.cwd == "" {
-			return path.Clean(p), false
+			return p, false
 		}
 		p = s.cwd + "/" + p
 	}
-	return path.Clean(p), true
+	return p, true
+}
+
+// lands returns where the word value v lands once links are followed:
+// through links the command made or the file system has, and with a ".."
+// applied after the link before it, as the kernel does.
+func (s *scanner) lands(v string) string {
+	p, abs := s.resolvePath(v)
+	if raw, _ := s.rawPath(v); abs && s.ctx.Resolve != nil && hasDotDot(raw) {
+		if r := path.Clean(s.ctx.Resolve(raw)); strings.HasPrefix(r, "/") {
+			return s.followed(r, true)
+		}
+	}
+	return s.followed(p, abs)
+}
+
+// hasDotDot reports whether a path has a ".." component.
+func hasDotDot(p string) bool {
+	return p == ".." || strings.HasPrefix(p, "../") || strings.HasSuffix(p, "/..") || strings.Contains(p, "/../")
 }
 
 // isHome reports whether p (resolved) is the user's home directory.
 func (s *scanner) isHome(p string) bool {
-	return p == homeMark || (s.ctx.Home != "" && p == path.Clean(s.ctx.Home))
+	return p == homeMark || (s.ctx.Home != "" && (p == path.Clean(s.ctx.Home) || p == s.followed(path.Clean(s.ctx.Home), true)))
+}
+
+// followed returns where the absolute path p lands once symbolic links are
+// followed (Context.Resolve), or p when it is not absolute or nothing can
+// be followed here. Results are kept for the rest of the check.
+func (s *scanner) followed(p string, abs bool) string {
+	if !abs || !strings.HasPrefix(p, "/") {
+		return p
+	}
+	if r, ok := s.links[p]; ok {
+		return r
+	}
+	r := p
+	for range 8 { // links this command makes (ln -s) before it uses them
+		q := r
+		for link, target := range s.made {
+			if r == link || strings.HasPrefix(r, link+"/") {
+				q = target + r[len(link):]
+				break
+			}
+		}
+		if q == r {
+			break
+		}
+		r = q
+	}
+	if s.ctx.Resolve != nil {
+		if q := path.Clean(s.ctx.Resolve(r)); strings.HasPrefix(q, "/") {
+			r = q
+		}
+	}
+	if len(s.links) < 4096 {
+		s.links[p] = r
+	}
+	return r
+}
+
+// operandFollowed returns where a removal operand lands: rm -r follows
+// the links of the directories above the operand, and the operand's own
+// link only when it is written with a trailing slash (LINK/ is the
+// target; LINK alone is the link).
+func (s *scanner) operandFollowed(raw, p string, abs bool) string {
+	if !abs || strings.HasSuffix(raw, "/") || strings.HasSuffix(raw, "/.") || p == "/" {
+		return s.lands(raw)
+	}
+	dir, base := path.Split(strings.TrimRight(raw, "/"))
+	if dir == "" {
+		dir = "."
+	}
+	return path.Join(s.lands(dir), base)
+}
+
+// isLink reports whether the absolute path p is, or goes through, a link.
+func (s *scanner) isLink(p string, abs bool) bool {
+	return s.followed(p, abs) != p
+}
+
+// NativeResolve follows the symbolic links of an absolute path on this
+// machine, component by component, as the kernel would: a link is
+// replaced by what it points to (a dangling one too), and once a
+// component does not exist the rest is appended as written, so a path
+// that does not exist yet still lands where its existing parts point. It
+// is Context.Resolve for environments whose files are this machine's.
+func NativeResolve(p string) string {
+	if !filepath.IsAbs(p) {
+		return p
+	}
+	todo := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	done := "/"
+	for hops := 0; len(todo) > 0; {
+		c := todo[0]
+		todo = todo[1:]
+		if c == "" || c == "." {
+			continue
+		}
+		if c == ".." {
+			done = filepath.Dir(done)
+			continue
+		}
+		next := filepath.Join(done, c)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return filepath.Join(append([]string{next}, todo...)...)
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			done = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return p // a loop: the kernel gives up too (ELOOP)
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return p
+		}
+		if filepath.IsAbs(target) {
+			done = "/"
+		}
+		todo = append(strings.Split(strings.Trim(target, "/"), "/"), todo...)
+	}
+	return done
 }
 
 // isSystemDir reports whether p (resolved, possibly a glob) names / or a
@@ -185,7 +325,7 @@ func (s *scanner) sensitiveWrite(p string) string {
 	if p == "/etc" || strings.HasPrefix(p, "/etc/") || p == "/private/etc" || strings.HasPrefix(p, "/private/etc/") {
 		return "write-etc"
 	}
-	if s.underBerth(p) {
+	if s.underBerth(p) || p != "" && s.underBerthLinked(p) {
 		return "write-berth-config"
 	}
 	parts := strings.Split(p, "/")
@@ -206,6 +346,27 @@ func (s *scanner) sensitiveWrite(p string) string {
 		return "write-dotenv"
 	}
 	return ""
+}
+
+// underBerthLinked reports whether p is under berth's home or config as
+// they are once their own links are followed (a BERTH_HOME that is itself
+// a link).
+func (s *scanner) underBerthLinked(p string) bool {
+	if s.ctx.Resolve == nil {
+		return false
+	}
+	if h := s.ctx.BerthHome; h != "" {
+		if h = s.followed(path.Clean(h), true); p == h || strings.HasPrefix(p, h+"/") {
+			return true
+		}
+	}
+	if c := s.ctx.ConfigPath; c != "" {
+		c = s.followed(path.Clean(c), true)
+		if p == c || p == path.Join(path.Dir(c), ".env") {
+			return true
+		}
+	}
+	return false
 }
 
 // underBerth reports whether p is berth's home, config file or the .env

@@ -8,10 +8,15 @@ import (
 
 // Pattern is one entry of approvals.deny or command_allowlist.
 //
-// Two forms:
+// Three forms:
 //
 //   - "rule:ID" matches every finding of the rule ID (see Rules), e.g.
 //     "rule:git-push-force" or "rule:rm-recursive".
+//   - a pattern key, the form the Hermes agent saves an "always" answer in
+//     and berth too: "recursive delete", "git force push (rewrites remote
+//     history)", "SQL DROP", or an older Hermes version's regex-derived
+//     key such as `rm\s+-[^\s]*r`. It matches the findings of the pattern
+//     it names (see patternKeys).
 //   - anything else is a glob matched against each normalized simple
 //     command (see Finding.Command): wrappers (sudo, env, nice ...)
 //     removed, the program by its base name, quotes resolved, words joined
@@ -28,6 +33,7 @@ import (
 type Pattern struct {
 	raw  string
 	rule string
+	key  *patternKey
 	re   *regexp.Regexp
 }
 
@@ -40,6 +46,11 @@ func ParsePattern(s string) (Pattern, error) {
 	norm := strings.Join(strings.Fields(s), " ")
 	if norm == "" {
 		return Pattern{}, fmt.Errorf("pattern %q is empty: give a glob such as \"git push --force*\" or a rule such as \"rule:git-push-force\"", s)
+	}
+	for _, k := range []string{s, strings.TrimSpace(s), norm} {
+		if pk, ok := keyByName[k]; ok {
+			return Pattern{raw: s, key: &pk}, nil
+		}
 	}
 	if id, ok := strings.CutPrefix(norm, "rule:"); ok {
 		id = strings.TrimSpace(id)
@@ -141,6 +152,9 @@ func (p Pattern) matchText(text string) bool {
 func (p Pattern) matchFinding(f Finding) bool {
 	if p.rule != "" {
 		return p.rule == f.Rule.ID
+	}
+	if p.key != nil {
+		return p.key.rule == f.Rule.ID && (p.key.match == nil || p.key.match(f))
 	}
 	return p.matchText(f.Command)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/a55dbaac/berth/internal/shparse"
 )
 
 // Configuration keys the approval model reads (the lead's config package
@@ -68,6 +70,23 @@ type Context struct {
 	// the host's file system (the local backend).
 	BerthHome  string
 	ConfigPath string
+	// Resolve, when set, returns the path a (cleaned, absolute) path names
+	// once symbolic links are followed: the longest prefix that exists is
+	// resolved and the rest appended. Set it only when the environment's
+	// files are this machine's (NativeResolve): writes and recursive
+	// removals are then checked by where they land as well as by how they
+	// are spelled, so a link to berth's home or to the home directory does
+	// not hide them.
+	Resolve func(path string) string
+	// Prelude is shell text that ran before in the same shell (the earlier
+	// lines of input sent to a background shell): the command is checked
+	// with the variables, functions, aliases, cd and positional parameters
+	// it left, and its own findings are not reported again.
+	Prelude string
+	// Names are the functions and aliases the session's shell already
+	// defines (from earlier calls): a command calling one runs whatever
+	// its definition says, which berth cannot see, so it is dynamic.
+	Names []string
 }
 
 // Policy is the user's approval configuration: the mode and the deny and
@@ -182,6 +201,8 @@ type Verdict struct {
 	Pattern string
 	// Segments are the normalized simple commands the subject contains.
 	Segments []string
+	// whole is the command as given (Subject is shortened).
+	whole string
 }
 
 // Check checks a shell command: it parses it, walks every simple command
@@ -189,8 +210,14 @@ type Verdict struct {
 // rules, approvals.deny, the floor, the allowlist and the mode, in that
 // order.
 func (p *Policy) Check(command string, c Context) Verdict {
-	s := scan(command, c)
-	return p.judge(clip(command), s.findings, s.segments, command, c)
+	return p.CheckScript(shparse.New(command), c)
+}
+
+// CheckScript is Check for a command already parsed (shparse.New): the
+// caller's one parse of the command serves the check too.
+func (p *Policy) CheckScript(sc *shparse.Script, c Context) Verdict {
+	s := scan(sc, c)
+	return p.judge(clip(sc.Text), s.findings, s.segments, sc.Text, c)
 }
 
 // CheckWrite checks a write by the file tools (write_file, patch) to path,
@@ -208,7 +235,8 @@ func (p *Policy) CheckWrite(file string, c Context) Verdict {
 
 // judge turns findings into a verdict.
 func (p *Policy) judge(subject string, findings []Finding, segments []string, whole string, c Context) Verdict {
-	v := Verdict{Subject: subject, Findings: findings, Segments: segments}
+	findings = confinedFindings(c, findings)
+	v := Verdict{Subject: subject, Findings: findings, Segments: segments, whole: whole}
 	for _, d := range p.deny {
 		hit := d.matchText(whole)
 		var need []Finding
@@ -291,27 +319,15 @@ func (v Verdict) Decision(p *Policy) *Decision {
 			"BLOCKED: %s is on berth's hardline floor (%s: %s) and never runs through berth, whatever %s or %s say. Nothing was run. Do not try another way; if it is really intended, the user must run it outside berth.",
 			quoteCmd(v.Subject), f.Rule.ID, f.Rule.Description, KeyMode, KeyAllowlist))
 	case v.Action == Block:
-		rest := without(p.Deny(), v.Pattern)
 		why := ""
 		if len(v.Need) > 0 {
 			why = fmt.Sprintf(" (%s: %s)", v.Need[0].Rule.ID, v.Need[0].Rule.Description)
 		}
 		return newDecision(Blocked, ByDeny, v.Need, v.Pattern, fmt.Sprintf(
-			"BLOCKED: %s matches the %s pattern %q%s. Nothing was run. Only the user can lift this, by removing the pattern: %s",
-			quoteCmd(v.Subject), KeyDeny, v.Pattern, why, configSetLine(KeyDeny, rest)))
+			"BLOCKED: %s matches the user's %s pattern %q%s. Nothing was run. Only the user can lift this, by removing the pattern from berth's configuration themselves.",
+			quoteCmd(v.Subject), KeyDeny, v.Pattern, why))
 	}
 	return nil
-}
-
-// without returns list without s.
-func without(list []string, s string) []string {
-	out := []string{}
-	for _, x := range list {
-		if x != s {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // quoteCmd shows a command in a message.

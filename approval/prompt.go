@@ -52,21 +52,38 @@ func (p *PromptAsker) start() {
 	}()
 }
 
-// Ask prints the question and waits for a line or the end of ctx.
+// Ask prints the question and waits for a line or the end of ctx. When
+// the question shows only part of a long command, v (view) prints all of
+// it and asks again.
 func (p *PromptAsker) Ask(ctx context.Context, q Question) (Answer, error) {
 	p.once.Do(p.start)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fmt.Fprintf(p.out, "\n%s\n[o]nce / [s]ession / [a]lways / [d]eny: ", q.Text())
-	select {
-	case line, ok := <-p.lines:
-		if !ok {
-			return "", fmt.Errorf("%w: the terminal closed", ErrCannotAsk)
+	_, more := Shown(q.Subject)
+	choices := "[o]nce / [s]ession"
+	if q.Always != "" {
+		choices += " / [a]lways"
+	}
+	choices += " / [d]eny"
+	if more > 0 {
+		choices += " / [v]iew the whole command"
+	}
+	fmt.Fprintf(p.out, "\n%s\n%s: ", q.Text(), choices)
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				return "", fmt.Errorf("%w: the terminal closed", ErrCannotAsk)
+			}
+			if v := strings.ToLower(strings.TrimSpace(line)); more > 0 && (v == "v" || v == "view") {
+				fmt.Fprintf(p.out, "\n%s\n\n%s: ", Visible(q.Subject), choices)
+				continue
+			}
+			return parseAnswer(line), nil
+		case <-ctx.Done():
+			fmt.Fprintln(p.out, "\n(no answer: denied)")
+			return "", ctx.Err()
 		}
-		return parseAnswer(line), nil
-	case <-ctx.Done():
-		fmt.Fprintln(p.out, "\n(no answer: denied)")
-		return "", ctx.Err()
 	}
 }
 

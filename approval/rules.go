@@ -62,7 +62,7 @@ var rules = []Rule{
 	{"shell-from-pipe", Dangerous, "a shell reading its script from another command's output runs code berth cannot see"},
 	{"dynamic-command", Dangerous, "the program name (or eval/sh -c text) is only known at run time, so berth cannot check what runs"},
 	{"unparsed", Dangerous, "berth could not parse the command, so it cannot check what it does"},
-	{"too-deep", Dangerous, "commands nested deeper than berth follows (sh -c inside sh -c ...) cannot be checked"},
+	{"too-deep", Dangerous, "commands nested deeper than berth follows (sh -c inside sh -c ..., more than 1000 levels of brackets in such text) or longer than it walks (20 000 commands) cannot be checked whole"},
 	{"sql-destructive", Dangerous, "SQL DROP, TRUNCATE, or DELETE/UPDATE without WHERE destroys data in the database"},
 	{"git-reset-hard", Dangerous, "git reset --hard throws away uncommitted changes"},
 	{"git-clean-force", Dangerous, "git clean -f deletes untracked files (with -d, untracked directories), with no undo"},
@@ -73,7 +73,10 @@ var rules = []Rule{
 	{"write-shell-rc", Dangerous, "writing a shell startup file (~/.bashrc, ~/.profile, ~/.zshrc ...) runs code in every future shell"},
 	{"write-netrc", Dangerous, "~/.netrc holds login credentials for remote hosts"},
 	{"write-dotenv", Dangerous, ".env files hold secrets and configuration"},
+	{"link-sensitive", Dangerous, "a link to berth's files, ~/.ssh, a shell startup file, the home or a system directory lets later writes and removals through the link reach it"},
 	{"write-berth-config", Dangerous, "berth's own configuration, .env and state decide what berth allows and where it runs"},
+	{"nested-berth", Dangerous, "a nested berth runs commands under approvals of its own (and can stop or remove berth's environments)"},
+	{"berth-env", Dangerous, "BERTH_* variables (approvals, config, home, owner, daemon) decide which configuration and approvals a berth started from the command obeys"},
 }
 
 var ruleByID = func() map[string]Rule {

@@ -2,11 +2,13 @@ package approval
 
 import (
 	"bytes"
+	"errors"
 	"path"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/a55dbaac/berth/internal/shparse"
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -31,6 +33,12 @@ type Finding struct {
 	Command string
 	// Detail names what made it match, e.g. the path "/usr".
 	Detail string
+	// targets are the absolute paths (links followed) the finding's action
+	// writes, removes or changes, when all of them are known (located):
+	// under workspace confinement the kernel refuses those outside the
+	// writable trees.
+	targets []string
+	located bool
 }
 
 // arg is one shell word after expansion as far as it can be done before
@@ -97,10 +105,11 @@ var unknown = cands{vals: []string{""}, dyn: true}
 
 // ioInfo is what a simple command reads on stdin and how it was started.
 type ioInfo struct {
-	up        []*syntax.Stmt // earlier stages of its pipeline
-	stdinText *string        // heredoc or here-string body
-	stdinFile bool           // stdin redirected from a file
-	xargs     bool           // run by xargs or find -exec: more arguments arrive at run time
+	up           []*syntax.Stmt // earlier stages of its pipeline, or the statements of a <(...) it reads
+	stdinText    *string        // heredoc or here-string body
+	stdinFile    bool           // stdin redirected from a file
+	stdinUnknown bool           // stdin is a descriptor whose content is not known (<&3)
+	xargs        bool           // run by xargs or find -exec: more arguments arrive at run time
 }
 
 // scanner walks one command and collects findings.
@@ -118,13 +127,45 @@ type scanner struct {
 	substDepth int    // nested $(...) being resolved
 	text       string // the source being walked
 	stopped    bool
+	wordByWord bool   // the fallback is checking text word by word
+	root       string // the whole command
+	pos        []arg  // the positional parameters ("$@"), when posKnown
+	posKnown   bool   // set --, sh -c ... ARGS, or a function call bound them
+	inFunc     int    // walking the body of a function definition
+	funcs      map[string]*syntax.FuncDecl
+	funcText   map[*syntax.FuncDecl]string // the text each function was parsed from
+	silent     bool                        // walking Context.Prelude: effects only
+	aliases    map[string]string           // aliases defined in the text, name to value
+	calling    map[string]bool             // functions being inlined (no recursion)
+	fds        map[string]fdSource
+	ifsSet     bool              // IFS is assigned in the text
+	links      map[string]string // paths followed through their links (Context.Resolve)
+	made       map[string]string // links the command makes (ln -s), link to target
 }
 
-// scan checks command and returns its findings and every simple command
-// it contains (normalized).
-func scan(command string, c Context) *scanner {
+// fdSource is what a descriptor opened with exec (exec 3<<<text, exec 3<
+// <(cmd), exec 3<file) reads.
+type fdSource struct {
+	text *string        // a here-string or heredoc
+	up   []*syntax.Stmt // the statements of a <(...)
+}
+
+// scan checks a parsed command and returns its findings and every simple
+// command it contains (normalized).
+func scan(sc *shparse.Script, c Context) *scanner {
 	s := newScanner(c)
-	s.script(command, command)
+	if c.Prelude != "" {
+		// What ran before in the same shell: its variables, functions,
+		// aliases, cd and set -- hold for the command; its findings were
+		// decided when it ran.
+		if f, err := shparse.Parse(c.Prelude); err == nil {
+			s.silent, s.text, s.depth = true, c.Prelude, 1
+			s.walk(f)
+			s.silent, s.depth, s.steps, s.stopped = false, 0, 0, false
+		}
+	}
+	s.root = sc.Text
+	s.parsed(sc.Text, sc.File, sc.Err, sc.Text)
 	return s
 }
 
@@ -132,6 +173,8 @@ func newScanner(c Context) *scanner {
 	s := &scanner{
 		ctx: c, vars: map[string]cands{}, upstream: map[*syntax.Stmt][]*syntax.Stmt{},
 		seen: map[string]bool{}, segSeen: map[string]bool{},
+		funcs: map[string]*syntax.FuncDecl{}, funcText: map[*syntax.FuncDecl]string{}, aliases: map[string]string{}, calling: map[string]bool{}, fds: map[string]fdSource{},
+		links: map[string]string{}, made: map[string]string{},
 	}
 	if c.Cwd != "" && (path.IsAbs(c.Cwd) || c.Cwd == "~" || strings.HasPrefix(c.Cwd, "~/")) {
 		s.cwd = c.Cwd
@@ -145,6 +188,9 @@ func newScanner(c Context) *scanner {
 
 // add records a finding once.
 func (s *scanner) add(id, seg, detail string) {
+	if s.silent {
+		return
+	}
 	key := id + "\x00" + seg + "\x00" + detail
 	if s.seen[key] {
 		return
@@ -153,9 +199,54 @@ func (s *scanner) add(id, seg, detail string) {
 	s.findings = append(s.findings, Finding{Rule: mustRule(id), Command: seg, Detail: detail})
 }
 
+// maxSegments bounds the normalized commands kept for the deny patterns.
+const maxSegments = 200000
+
+// addAt records a finding whose action reaches only targets (absolute
+// paths, links followed); located is false when some target is not known
+// before the command runs.
+func (s *scanner) addAt(id, seg, detail string, targets []string, located bool) {
+	if s.silent {
+		return
+	}
+	key := id + "\x00" + seg + "\x00" + detail
+	if s.seen[key] {
+		return
+	}
+	s.seen[key] = true
+	s.findings = append(s.findings, Finding{Rule: mustRule(id), Command: seg, Detail: detail, targets: targets, located: located})
+}
+
+// targetsOf returns where the words land (absolute, links followed), and
+// whether every one is known.
+func (s *scanner) targetsOf(args ...arg) ([]string, bool) {
+	var out []string
+	located := true
+	for _, a := range args {
+		if a.dyn {
+			located = false
+		}
+		for _, v := range a.vals {
+			if v == "" {
+				continue
+			}
+			p, abs := s.resolvePath(v)
+			if !abs || strings.HasPrefix(p, homeMark) {
+				located = false
+				continue
+			}
+			out = append(out, s.lands(v))
+		}
+	}
+	return out, located && len(out) > 0
+}
+
 // record notes a normalized simple command.
 func (s *scanner) record(seg string) {
-	if seg != "" && !s.segSeen[seg] {
+	if s.silent {
+		return
+	}
+	if seg != "" && !s.segSeen[seg] && len(s.segments) < maxSegments {
 		s.segSeen[seg] = true
 		s.segments = append(s.segments, seg)
 	}
@@ -171,8 +262,20 @@ func (s *scanner) script(text, display string) {
 		s.add("too-deep", clip(display), "")
 		return
 	}
-	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(text), "")
-	if err != nil {
+	f, err := shparse.Parse(text)
+	s.parsed(text, f, err, display)
+}
+
+// parsed walks the tree f of text, or, when text did not parse (err),
+// reports why and checks it word by word.
+func (s *scanner) parsed(text string, f *syntax.File, err error, display string) {
+	var ne *shparse.NestingError
+	switch {
+	case errors.As(err, &ne):
+		s.add("too-deep", clip(display), err.Error())
+		s.fallback(text)
+		return
+	case err != nil:
 		s.add("unparsed", clip(display), err.Error())
 		s.fallback(text)
 		return
@@ -181,6 +284,9 @@ func (s *scanner) script(text, display string) {
 	prev := s.text
 	s.text = text
 	s.walk(f)
+	if s.depth == 1 {
+		s.mutualForkBombs()
+	}
 	s.text = prev
 	s.depth--
 }
@@ -202,17 +308,21 @@ func clip(s string) string {
 type frame struct {
 	scope bool
 	cwd   string
+	fn    bool // the node is a function definition
 }
 
-// walk visits every node of f in source order.
-func (s *scanner) walk(f *syntax.File) {
+// walk visits every node of n in source order.
+func (s *scanner) walk(n syntax.Node) {
 	var stack []frame
-	syntax.Walk(f, func(n syntax.Node) bool {
+	syntax.Walk(n, func(n syntax.Node) bool {
 		if n == nil {
 			top := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
 			if top.scope {
 				s.cwd = top.cwd
+			}
+			if top.fn {
+				s.inFunc--
 			}
 			return true
 		}
@@ -220,6 +330,8 @@ func (s *scanner) walk(f *syntax.File) {
 		switch n := n.(type) {
 		case *syntax.Subshell, *syntax.CmdSubst, *syntax.ProcSubst:
 			fr = frame{scope: true, cwd: s.cwd}
+		case *syntax.WhileClause:
+			s.spawnLoop(n)
 		case *syntax.Stmt:
 			s.stmt(n)
 		case *syntax.BinaryCmd:
@@ -233,6 +345,8 @@ func (s *scanner) walk(f *syntax.File) {
 			}
 		case *syntax.FuncDecl:
 			s.funcDecl(n)
+			fr.fn = true
+			s.inFunc++
 		case *syntax.ForClause:
 			if wi, ok := n.Loop.(*syntax.WordIter); ok && wi.Name != nil {
 				var c cands
@@ -244,15 +358,54 @@ func (s *scanner) walk(f *syntax.File) {
 					c = unknown
 				}
 				s.vars[wi.Name.Value] = capCands(c)
+				s.setsVar(wi.Name.Value, "for "+wi.Name.Value)
 			}
 		case *syntax.DeclClause:
+			seg := clip(s.nodeText(n))
 			for _, as := range n.Args {
 				s.assign(as)
+				switch {
+				case as.Name != nil:
+					s.setsVar(as.Name.Value, seg)
+				case as.Value != nil:
+					s.setsVarWord(s.word(as.Value), seg)
+				}
+			}
+		case *syntax.ParamExp:
+			if n.Param != nil && n.Exp != nil && (n.Exp.Op == syntax.AssignUnset || n.Exp.Op == syntax.AssignUnsetOrNull) {
+				s.setsVar(n.Param.Value, clip(s.nodeText(n)))
+			}
+		case *syntax.BinaryArithm:
+			if w, ok := n.X.(*syntax.Word); ok && isArithAssign(n.Op) {
+				s.setsVar(w.Lit(), clip(s.nodeText(n)))
+			}
+		case *syntax.UnaryArithm:
+			if w, ok := n.X.(*syntax.Word); ok && (n.Op == syntax.Inc || n.Op == syntax.Dec) {
+				s.setsVar(w.Lit(), clip(s.nodeText(n)))
 			}
 		}
 		stack = append(stack, fr)
 		return true
 	})
+}
+
+// nodeText returns the source of n, as written.
+func (s *scanner) nodeText(n syntax.Node) string {
+	from, to := int(n.Pos().Offset()), int(n.End().Offset())
+	if from >= 0 && from <= to && to <= len(s.text) {
+		return s.text[from:to]
+	}
+	return ""
+}
+
+// isArithAssign reports whether op assigns ($((x=1)), ((x+=2))).
+func isArithAssign(op syntax.BinAritOperator) bool {
+	switch op {
+	case syntax.Assgn, syntax.AddAssgn, syntax.SubAssgn, syntax.MulAssgn, syntax.QuoAssgn, syntax.RemAssgn,
+		syntax.AndAssgn, syntax.OrAssgn, syntax.XorAssgn, syntax.ShlAssgn, syntax.ShrAssgn:
+		return true
+	}
+	return false
 }
 
 // flattenPipe returns the stages of a pipeline in order.
@@ -278,6 +431,9 @@ func (s *scanner) assign(as *syntax.Assign) {
 		return
 	}
 	name := as.Name.Value
+	if name == "IFS" {
+		s.ifsSet = true
+	}
 	switch {
 	case as.Naked:
 		return
@@ -320,6 +476,9 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 			redirText = append(redirText, r.Op.String()+" "+a.show())
 			writes = append(writes, a)
 		case syntax.Hdoc, syntax.DashHdoc:
+			if r.N != nil && r.N.Value != "0" {
+				continue
+			}
 			if r.Hdoc != nil {
 				t := s.wordCands(r.Hdoc).vals[0]
 				io.stdinText = &t
@@ -328,12 +487,36 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 				io.stdinText = &e
 			}
 		case syntax.WordHdoc:
+			if r.N != nil && r.N.Value != "0" {
+				continue
+			}
 			t := s.wordCands(r.Word).vals[0] + "\n"
 			io.stdinText = &t
 		case syntax.RdrIn:
-			io.stdinFile = true
+			if r.N == nil || r.N.Value == "0" {
+				if ps := procSubstOf(r.Word); ps != nil {
+					io.up = ps.Stmts // bash < <(cmd)
+				} else {
+					io.stdinFile = true
+				}
+			}
+		case syntax.DplIn:
+			if r.N == nil || r.N.Value == "0" {
+				if v, ok := s.word(r.Word).lit(); ok && v != "0" && v != "-" {
+					src, known := s.fds[v]
+					switch {
+					case known && src.text != nil:
+						io.stdinText = src.text
+					case known && src.up != nil:
+						io.up = src.up
+					default:
+						io.stdinUnknown = true
+					}
+				}
+			}
 		}
 	}
+	s.openFds(st)
 	redir := strings.Join(redirText, " ")
 	call, isCall := st.Cmd.(*syntax.CallExpr)
 	var argv []arg
@@ -346,6 +529,13 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 		argv = s.words(call.Args)
 	}
 	seg := s.segment(argv, redir)
+	if isCall {
+		for _, as := range call.Assigns {
+			if as.Name != nil {
+				s.setsVar(as.Name.Value, clip(strings.TrimSpace(s.nodeText(as)+" "+seg)))
+			}
+		}
+	}
 	if len(writes) > 0 {
 		if seg == "" {
 			seg = redir
@@ -392,11 +582,60 @@ func (s *scanner) segment(argv []arg, redir string) string {
 	return clip(strings.Join(parts, " "))
 }
 
-// words expands shell words (brace expansion included) into args.
+// words expands shell words (brace expansion included) into args; "$@"
+// is every positional parameter when they are known.
 func (s *scanner) words(ws []*syntax.Word) []arg {
 	var out []arg
 	for _, w := range ws {
-		out = append(out, s.wordExpanded(w)...)
+		if s.posKnown && allPositional(w) {
+			out = append(out, s.pos...)
+			continue
+		}
+		as := s.wordExpanded(w)
+		if len(as) == 1 && splittable(w) {
+			as = s.split(as[0])
+		}
+		out = append(out, as...)
+	}
+	return out
+}
+
+// splittable reports whether w is one unquoted expansion ($X, ${X},
+// $(cmd), $((n))), whose value the shell splits into words at IFS.
+func splittable(w *syntax.Word) bool {
+	if len(w.Parts) != 1 {
+		return false
+	}
+	switch w.Parts[0].(type) {
+	case *syntax.ParamExp, *syntax.CmdSubst, *syntax.ArithmExp:
+		return true
+	}
+	return false
+}
+
+// split splits the known value of an unquoted expansion into words at the
+// characters of IFS (a blank-separated default, or its value when the text
+// sets it); when IFS is only known at run time, so are the words.
+func (s *scanner) split(a arg) []arg {
+	ifs := " \t\n"
+	if c, ok := s.vars["IFS"]; ok {
+		if c.dyn || len(c.vals) != 1 {
+			a.dyn = true
+			return []arg{a}
+		}
+		ifs = c.vals[0]
+	}
+	v, known := a.lit()
+	if !known || ifs == "" {
+		return []arg{a}
+	}
+	fields := strings.FieldsFunc(v, func(r rune) bool { return strings.ContainsRune(ifs, r) })
+	if len(fields) == 1 && fields[0] == v {
+		return []arg{a}
+	}
+	out := make([]arg, 0, len(fields))
+	for _, f := range fields {
+		out = append(out, litArg(f))
 	}
 	return out
 }
@@ -524,6 +763,11 @@ func (s *scanner) parts(ps []syntax.WordPart, inDQ bool) cands {
 			c = s.cmdSubst(p)
 		case *syntax.ProcSubst:
 			c = one("/dev/fd/63")
+		case *syntax.ArithmExp:
+			c = unknown
+			if n, ok := s.arith(p.X, 0); ok {
+				c = one(strconv.Itoa(n))
+			}
 		case *syntax.ExtGlob:
 			c = one("*")
 		case *syntax.BraceExp:
@@ -554,6 +798,14 @@ func (s *scanner) lookup(name string) (cands, bool) {
 	case "PWD":
 		if s.cwd != "" {
 			return one(s.cwd), true
+		}
+	case "BERTH_HOME":
+		if s.ctx.BerthHome != "" {
+			return one(path.Clean(s.ctx.BerthHome)), true
+		}
+	case "BERTH_CONFIG":
+		if s.ctx.ConfigPath != "" {
+			return one(path.Clean(s.ctx.ConfigPath)), true
 		}
 	}
 	return unknown, false
@@ -593,8 +845,61 @@ func (s *scanner) param(p *syntax.ParamExp) cands {
 		return val
 	case syntax.AlternateUnset, syntax.AlternateUnsetOrNull:
 		return union(s.wordCands(p.Exp.Word), one(""))
+	case syntax.RemSmallSuffix, syntax.RemLargeSuffix, syntax.RemSmallPrefix, syntax.RemLargePrefix:
+		// ${HOME%/*} is the home's parent: trim known values by a known
+		// pattern, as the shell would.
+		pat, ok := s.word(p.Exp.Word).lit()
+		if !ok || val.dyn {
+			return unknown
+		}
+		re, err := globRegexp(pat)
+		if err != nil {
+			return unknown
+		}
+		var out cands
+		for _, v := range val.vals {
+			if len(v) > 1024 {
+				return unknown // no path; and trimming is quadratic
+			}
+			out.vals = append(out.vals, trimMatch(v, re, p.Exp.Op))
+		}
+		return capCands(out)
 	}
 	return unknown
+}
+
+// trimMatch removes from v the shortest or longest suffix or prefix that
+// re (an anchored glob) matches, as ${v%pat}, ${v%%pat}, ${v#pat} and
+// ${v##pat} do.
+func trimMatch(v string, re interface{ MatchString(string) bool }, op syntax.ParExpOperator) string {
+	n := len(v)
+	switch op {
+	case syntax.RemSmallSuffix:
+		for i := n; i >= 0; i-- {
+			if re.MatchString(v[i:]) {
+				return v[:i]
+			}
+		}
+	case syntax.RemLargeSuffix:
+		for i := 0; i <= n; i++ {
+			if re.MatchString(v[i:]) {
+				return v[:i]
+			}
+		}
+	case syntax.RemSmallPrefix:
+		for i := 0; i <= n; i++ {
+			if re.MatchString(v[:i]) {
+				return v[i:]
+			}
+		}
+	case syntax.RemLargePrefix:
+		for i := n; i >= 0; i-- {
+			if re.MatchString(v[:i]) {
+				return v[i:]
+			}
+		}
+	}
+	return v
 }
 
 func contains(vs []string, v string) bool {
@@ -634,19 +939,16 @@ func (s *scanner) cmdSubst(cs *syntax.CmdSubst) cands {
 		lits = append(lits, v)
 	}
 	switch path.Base(lits[0]) {
-	case "echo":
-		rest := lits[1:]
-		for len(rest) > 0 && rest[0] == "-n" {
-			rest = rest[1:]
-		}
-		if len(rest) > 0 && strings.HasPrefix(rest[0], "-") {
+	case "echo", "printf":
+		texts, ok := literalOutputs(path.Base(lits[0]), argv[1:])
+		if !ok {
 			return unknown
 		}
-		return one(strings.Join(rest, " "))
-	case "printf":
-		if len(lits) == 2 && !strings.ContainsAny(lits[1], `%\`) {
-			return one(lits[1])
+		var c cands
+		for _, t := range texts {
+			c.vals = append(c.vals, strings.TrimRight(t, "\n")) // $(...) drops trailing newlines
 		}
+		return capCands(c)
 	case "which", "command", "type":
 		if len(lits) >= 2 {
 			return one(lits[len(lits)-1])
@@ -765,6 +1067,13 @@ func (s *scanner) funcDecl(fd *syntax.FuncDecl) {
 		return
 	}
 	name := fd.Name.Value
+	if _, ok := s.funcs[name]; !ok || s.inFunc == 0 {
+		s.funcs[name] = fd
+		s.funcText[fd] = s.text
+	}
+	if name == "command_not_found_handle" {
+		s.add("dynamic-command", clip("command_not_found_handle() "+s.nodeText(fd.Body)), "command_not_found_handle runs for every command that is not found, with its words as arguments")
+	}
 	calls, spread := 0, false
 	syntax.Walk(fd.Body, func(n syntax.Node) bool {
 		switch n := n.(type) {
@@ -802,22 +1111,32 @@ func callsFunc(s *scanner, n syntax.Node, name string) bool {
 	return found
 }
 
-// fallback checks text the parser rejected, crudely: it is cut at shell
-// separators, quotes are dropped, and each piece is checked as a simple
-// command with literal words. It can see more than the shell would (prose
-// inside quotes), never less.
+// fallback checks text the parser rejected (or past the bound of commands
+// the walk follows), crudely: it is cut at shell separators, quotes are
+// dropped, and each piece is checked as a simple command with literal
+// words. It can see more than the shell would (prose inside quotes), never
+// less. It reads the text once, piece by piece, with no bound but the
+// text's length.
 func (s *scanner) fallback(text string) {
-	r := strings.NewReplacer("$(", "\n", "`", "\n", ";", "\n", "&", "\n", "|", "\n", "(", "\n", ")", "\n", "{", "\n", "}", "\n")
+	was := s.wordByWord
+	s.wordByWord = true
+	defer func() { s.wordByWord = was }()
 	unq := strings.NewReplacer(`"`, "", `'`, "", `\`, "")
-	for _, line := range strings.Split(r.Replace(text), "\n") {
+	for len(text) > 0 {
+		i := strings.IndexAny(text, "\n`;&|(){}")
+		piece := text
+		if i >= 0 {
+			piece, text = text[:i], text[i+1:]
+		} else {
+			text = ""
+		}
+		piece = strings.TrimSuffix(piece, "$") // the $ of $(
 		var argv []arg
-		for _, f := range strings.Fields(unq.Replace(line)) {
+		for _, f := range strings.Fields(unq.Replace(piece)) {
 			argv = append(argv, litArg(f))
 		}
 		if len(argv) > 0 {
-			seg := s.segment(argv, "")
 			s.command(argv, ioInfo{}, "")
-			s.record(seg)
 		}
 	}
 }

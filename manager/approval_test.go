@@ -224,18 +224,22 @@ func TestFloorBlocksInEveryMode(t *testing.T) {
 	}
 }
 
-// A dangerous command with nobody to ask is blocked with the lines that
-// would allow it; with mode off it runs, and says so.
+// A dangerous command with nobody to ask is blocked with a message that
+// says only the user can allow it, and hands the agent no config line
+// (review 2026-11-25 N1); with mode off it runs, and says so.
 func TestDangerousWithoutAsker(t *testing.T) {
 	m, g, _ := setup(t, "terminal:\n  timeout: 30\n", nil)
 	dir := t.TempDir()
 	cmd := "chmod -R u+rw " + dir + " && echo CHMOD-RAN"
 	r := m.Run(context.Background(), "k", terminal.Request{Command: cmd})
 	msg := errText(r)
-	for _, want := range []string{"BLOCKED: ", "chmod-recursive", "berth config set command_allowlist", "berth config set approvals.mode off"} {
+	for _, want := range []string{"BLOCKED: ", "chmod-recursive", "Only the user can allow it"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q lacks %q", msg, want)
 		}
+	}
+	if strings.Contains(msg, "berth config set") {
+		t.Errorf("message %q hands the agent a config line", msg)
 	}
 	if r.Approval == nil || r.Approval.Outcome != approval.Blocked || r.Approval.By != approval.ByRule {
 		t.Errorf("approval %+v", r.Approval)

@@ -20,6 +20,7 @@ import (
 	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/shparse"
 	"github.com/a55dbaac/berth/process"
 	"github.com/a55dbaac/berth/session"
 	"github.com/a55dbaac/berth/terminal"
@@ -131,12 +132,40 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 				c.Home, _ = os.UserHomeDir()
 			}
 			c.BerthHome, c.ConfigPath = m.cfg.Home, m.cfg.Path
+			c.Resolve = approval.NativeResolve
+			if c.Cwd == "" {
+				// Before its first command the shell's cwd is not known yet:
+				// on this machine's files it starts in terminal.cwd, read
+				// against berth's own directory ("" and "." are that).
+				c.Cwd = hostStartDir(m.cfg.Terminal.Cwd, c.Home)
+			}
 		}
+		c.Names = env.Session().Names()
 	}
 	if workdir != "" {
 		c.Cwd = workdir
 	}
 	return c
+}
+
+// hostStartDir is where a shell on this machine's files starts for
+// terminal.cwd cwd: absolute as given, ~ in home, anything else against
+// berth's own working directory; "" when that cannot be known.
+func hostStartDir(cwd, home string) string {
+	switch {
+	case filepath.IsAbs(cwd):
+		return filepath.Clean(cwd)
+	case cwd == "~" || strings.HasPrefix(cwd, "~/"):
+		if home == "" {
+			return ""
+		}
+		return filepath.Join(home, cwd[1:])
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(wd, cwd)
 }
 
 // NewWithFactory returns a manager whose environments come from factory
@@ -322,7 +351,7 @@ func (m *Manager) Background(ctx context.Context, key string, req terminal.Reque
 	if err != nil {
 		return process.StartError(err)
 	}
-	d := m.gate.Command(ctx, key, req.Command, m.approvalContext(env, req.Workdir))
+	d := m.gate.CommandScript(ctx, key, shparse.New(req.Command), m.approvalContext(env, req.Workdir))
 	if !d.Allowed() {
 		res := process.StartError(d.Err())
 		res.ExitCode = terminal.StatusBlocked
@@ -366,14 +395,18 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 	if err != nil {
 		return terminal.ErrorResult(err)
 	}
-	d := m.gate.Command(ctx, key, req.Command, m.approvalContext(env, req.Workdir))
+	// The command is parsed once (terminal.Validate has bounded its
+	// nesting): the gate, the session and the result read the same tree.
+	sc := shparse.New(req.Command)
+	actx := m.approvalContext(env, req.Workdir)
+	d := m.gate.CommandScript(ctx, key, sc, actx)
 	if !d.Allowed() {
 		return terminal.BlockedResult(d)
 	}
 	// The call is registered while it runs: process list shows it, and
 	// process detach (or a command still running at its timeout with
 	// on_timeout background) moves it to the background under its id.
-	fg := m.procs.BeginForeground(key, req.Command, m.approvalContext(env, req.Workdir).Cwd)
+	fg := m.procs.BeginForeground(key, req.Command, actx.Cwd)
 	if ch := process.DetachFrom(ctx); ch != nil {
 		stop := make(chan struct{})
 		defer close(stop)
@@ -385,7 +418,9 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 			}
 		}()
 	}
-	res := env.RunCall(ctx, req, fg.Call())
+	call := fg.Call()
+	call.Script = sc
+	res := env.RunCall(ctx, req, call)
 	m.procs.End(fg, env, req.Command, res)
 	res.Approval = d
 	return res

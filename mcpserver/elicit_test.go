@@ -200,10 +200,12 @@ func TestElicitAlwaysPersists(t *testing.T) {
 			h := &human{reply: choose("always")}
 			cs := r.connect(t, pr.version, &mcp.ClientOptions{ElicitationHandler: h.handler})
 			_, m := runTool(t, cs, "cd /repo && git push --force origin main")
-			if a := approvalOf(m); a["decision"] != "approved_always" || a["pattern"] != "git push --force origin main" {
+			// As in Hermes, always saves the pattern's key (item 11).
+			const key = "git force push (rewrites remote history)"
+			if a := approvalOf(m); a["decision"] != "approved_always" || a["pattern"] != key {
 				t.Fatalf("approval %v", a)
 			}
-			if len(r.saved) != 1 || len(r.saved[0]) != 1 || r.saved[0][0] != "git push --force origin main" {
+			if len(r.saved) != 1 || len(r.saved[0]) != 1 || r.saved[0][0] != key {
 				t.Fatalf("persisted %q", r.saved)
 			}
 			_, m = runTool(t, cs, "git push --force origin main")
@@ -287,8 +289,8 @@ func TestElicitWithoutCapabilityIsBlocked(t *testing.T) {
 			msg, _ := m["error"].(string)
 			if a["decision"] != "blocked" || a["by"] != "rule" || !strings.HasPrefix(msg, "BLOCKED: ") ||
 				!strings.Contains(msg, "does not support elicitation") ||
-				!strings.Contains(msg, `berth config set command_allowlist '["git push --force"]'`) ||
-				!strings.Contains(msg, "berth config set approvals.mode off") {
+				!strings.Contains(msg, "Only the user can allow it") ||
+				strings.Contains(msg, "berth config set") {
 				t.Fatalf("approval %v\nerror %s", a, msg)
 			}
 			// The floor never reaches the question, with or without a client.

@@ -1,6 +1,10 @@
 package session
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/a55dbaac/berth/internal/shparse"
+)
 
 func TestMayChangeState(t *testing.T) {
 	funcs := map[string]bool{"myfn": true}
@@ -29,7 +33,7 @@ func TestMayChangeState(t *testing.T) {
 		"if true; then export Q=1; fi": true,
 		"echo $((n++))":                true,
 	} {
-		if got, _ := analyze(cmd, funcs); got != want {
+		if got, _ := analyze(shparse.New(cmd), funcs); got != want {
 			t.Errorf("analyze(%q) changes state = %v, want %v", cmd, got, want)
 		}
 	}

@@ -57,6 +57,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,7 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/internal/randhex"
 	"github.com/a55dbaac/berth/internal/shellword"
+	"github.com/a55dbaac/berth/internal/shparse"
 )
 
 // Options configures a session.
@@ -90,6 +92,11 @@ type Request struct {
 	// Command is shell text: anything bash or sh accepts, multi-line
 	// commands and heredocs included. It must not contain NUL bytes.
 	Command string
+	// Script is Command already parsed (shparse.New(Command)), when the
+	// caller has parsed it for its own checks; nil (or the parse of
+	// another text) means Run parses Command itself. A command nested
+	// deeper than shparse.MaxNesting is refused either way.
+	Script *shparse.Script
 	// Timeout bounds the command; zero means no limit beyond the context.
 	Timeout time.Duration
 	// Workdir, when set, runs this command there without moving the
@@ -221,6 +228,21 @@ func (s *Session) Cwd() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cwd
+}
+
+// Names reports the functions and aliases the shell is known to define,
+// sorted, as of the last snapshot of its state (taken after every command
+// that may change it, on bash): a later command calling one runs whatever
+// its definition says.
+func (s *Session) Names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.names))
+	for n := range s.names {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // ShellPID reports the pid of the running shell inside the target, or ""
@@ -432,14 +454,16 @@ func (sh *shell) read() {
 //
 // The error is non-nil only when the command could not be run at all (the
 // shell cannot be started, the backend is unreachable, the command nests
-// deeper than MaxNesting) or its fate is unknown (ErrShellLost); a failing
+// deeper than shparse.MaxNesting) or its fate is unknown (ErrShellLost); a failing
 // command is a Result with its exit code.
 func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, error) {
 	if strings.IndexByte(req.Command, 0) >= 0 {
 		return Result{}, errors.New("session: command contains a NUL byte, which no shell can receive")
 	}
-	if d := nestingDepth(req.Command); d > MaxNesting {
-		return Result{}, &NestingError{Depth: d}
+	sc := shparse.Of(req.Script, req.Command)
+	var ne *shparse.NestingError
+	if errors.As(sc.Err, &ne) {
+		return Result{}, fmt.Errorf("session: %w", ne)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -448,7 +472,7 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 	}
 	// Rejected text must not leave anything behind (such as a large
 	// stdin's file), so the check comes before any work.
-	changes, incomplete := analyze(req.Command, s.names)
+	changes, incomplete := analyze(sc, s.names)
 	if incomplete != nil {
 		io.WriteString(out, "syntax error: "+incomplete.Error())
 		return Result{ExitCode: 2, Cwd: s.cwd}, nil

@@ -3,21 +3,20 @@ package terminal
 import (
 	"fmt"
 	"path"
-	"strings"
 	"syscall"
 
+	"github.com/a55dbaac/berth/internal/shparse"
 	"mvdan.cc/sh/v3/syntax"
 )
 
 // lastProgram returns the program name of the last simple command in a
-// shell command line, which is what decides its exit status.
-func lastProgram(command string) string {
-	f, err := syntax.NewParser().Parse(strings.NewReader(command), "")
-	if err != nil {
+// parsed shell command line, which is what decides its exit status.
+func lastProgram(sc *shparse.Script) string {
+	if sc == nil || sc.File == nil {
 		return ""
 	}
 	name := ""
-	syntax.Walk(f, func(node syntax.Node) bool {
+	syntax.Walk(sc.File, func(node syntax.Node) bool {
 		if c, ok := node.(*syntax.CallExpr); ok && len(c.Args) > 0 {
 			if lit := c.Args[0].Lit(); lit != "" {
 				name = path.Base(lit)
@@ -33,11 +32,20 @@ func lastProgram(command string) string {
 // shell statuses (126, 127, 124, 130, 128+N for signal N). It returns "" when
 // there is nothing useful to add.
 func ExitCodeMeaning(command string, code int) string {
+	var sc *shparse.Script
+	if code == 1 || code == 2 { // only these depend on the program
+		sc = shparse.New(command)
+	}
+	return exitCodeMeaning(sc, code)
+}
+
+// exitCodeMeaning is ExitCodeMeaning for a command already parsed.
+func exitCodeMeaning(sc *shparse.Script, code int) string {
 	switch code {
 	case 0:
 		return ""
 	case 1:
-		switch lastProgram(command) {
+		switch lastProgram(sc) {
 		case "grep", "egrep", "fgrep", "rg", "ag", "ack", "zgrep":
 			return "no matches found (not an error)"
 		case "diff", "cmp", "colordiff":
@@ -51,7 +59,7 @@ func ExitCodeMeaning(command string, code int) string {
 		}
 		return ""
 	case 2:
-		switch lastProgram(command) {
+		switch lastProgram(sc) {
 		case "grep", "egrep", "fgrep", "rg", "diff", "cmp":
 			return "error (bad arguments or unreadable input), not a negative answer"
 		}

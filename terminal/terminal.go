@@ -17,6 +17,7 @@ import (
 
 	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/internal/shparse"
 	"github.com/a55dbaac/berth/output"
 	"github.com/a55dbaac/berth/session"
 )
@@ -133,6 +134,12 @@ type Call struct {
 	// background at once (the process tool's detach action, an MCP cancel
 	// asking for it).
 	Detach <-chan struct{}
+	// Script is the request's command already parsed (shparse.New), when
+	// the caller parsed it for its own checks (the approval gate): the
+	// session's analysis and the exit-code meaning read the same tree
+	// instead of parsing the text again. nil (or the parse of another
+	// text) means RunCall parses it.
+	Script *shparse.Script
 }
 
 // Markers appended to output, exactly as the reference prints them.
@@ -251,13 +258,18 @@ func BlockedResult(d *approval.Decision) Result {
 const MaxTimeout = 86400
 
 // Validate checks a request's fields and returns an error naming the bad
-// value and what is accepted.
+// value and what is accepted. A command nested deeper than the shell
+// parser can safely follow (shparse.MaxNesting) is refused here, before
+// anything parses it.
 func Validate(req Request) error {
 	if strings.TrimSpace(req.Command) == "" {
 		return errors.New("command is empty: give the shell command to run")
 	}
 	if strings.IndexByte(req.Command, 0) >= 0 {
 		return errors.New("command contains a NUL byte, which no shell can receive")
+	}
+	if err := shparse.Check(req.Command); err != nil {
+		return err
 	}
 	if req.Timeout < 0 || req.Timeout > MaxTimeout {
 		return fmt.Errorf("timeout %d: must be a whole number of seconds from 1 to %d (one day); run longer work with background: true", req.Timeout, MaxTimeout)
@@ -323,7 +335,8 @@ func (e *Environment) RunCall(ctx context.Context, req Request, call Call) Resul
 	}
 	before := e.sess.Cwd()
 	capture := output.NewCapture(output.Options{MaxChars: e.opts.MaxOutputChars, SpillDir: e.opts.SpillDir, Tap: output.TapFrom(ctx)})
-	sreq := session.Request{Command: req.Command, Timeout: timeout, Workdir: req.Workdir}
+	sc := shparse.Of(call.Script, req.Command)
+	sreq := session.Request{Command: req.Command, Script: sc, Timeout: timeout, Workdir: req.Workdir}
 	if req.StdinData != nil {
 		sreq.Stdin = []byte(*req.StdinData)
 	}
@@ -362,7 +375,7 @@ func (e *Environment) RunCall(ctx context.Context, req Request, call Call) Resul
 	r := Result{
 		Output:          out.Output,
 		ExitCode:        res.ExitCode,
-		ExitCodeMeaning: ExitCodeMeaning(req.Command, res.ExitCode),
+		ExitCodeMeaning: exitCodeMeaning(sc, res.ExitCode),
 	}
 	if h := res.Handoff; h != nil {
 		cwd := req.Workdir

@@ -1,0 +1,176 @@
+package shparse
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// deepForms are constructs the parser recurses on once per level, each
+// nested 2*MaxNesting deep.
+func deepForms(n int) map[string]string {
+	r := strings.Repeat
+	return map[string]string{
+		"parens":        r("(", n) + "true" + r(")", n),
+		"spaced":        r("( ", n) + "true" + r(" )", n),
+		"braces":        r("{ ", n) + "true" + r("; }", n),
+		"if":            r("if true; then ", n) + "true" + r("; fi", n),
+		"while":         r("while true; do ", n) + "true" + r("; done", n),
+		"case":          r("case x in x) ", n) + "true" + r(";; esac", n),
+		"case arms":     r("case x in a) ;; b) ;; x) ", n) + "true" + r(";; esac", n),
+		"andand":        r("true && ", n) + "true",
+		"pipe":          r("true | ", n) + "true",
+		"bang":          r("! ", n) + "true",
+		"subst":         r("$(", n) + "true" + r(")", n),
+		"arith":         "echo $((" + r("(", n) + "1" + r(")", n) + "))",
+		"arith command": r("((", n) + "1" + r("))", n),
+		"arith subst":   "echo $((" + r("$((", n) + "1" + r("))", n) + "))",
+		"array index":   "echo $((" + r("a[", n) + "1" + r("]", n) + "))",
+		"param index":   "echo ${a[" + r("a[", n) + "1" + r("]", n) + "]}",
+		"paramexp":      r("${x:-", n) + "y" + r("}", n),
+		"quoted subst":  r("\"$(echo ", n) + "y" + r(")\"", n),
+		"quoted arith":  "echo \"$((" + r("(", n) + "1" + r(")", n) + "))\"",
+		"test":          "[[ " + r("( ", n) + "a" + r(" )", n) + " ]]",
+		"process subst": "cat " + r("<(", n) + "x" + r(")", n),
+		"extglob":       "echo " + r("@(", n) + "a" + r(")", n),
+		// A shift is not a here-document: the text after it is code.
+		"shift then parens": "echo $((1<<2))\n" + r("(", n) + "true" + r(")", n),
+		"<< in quotes":      "echo \"<<EOF\"\n" + r("(", n) + "true" + r(")", n),
+		"<< in ${}":         "echo \"${x#<<EOF}\"\n" + r("(", n) + "true" + r(")", n),
+		"quote in ${}":      "echo \"${x#'}\" " + r("(", n) + "true" + r(")", n) + " \"'\"",
+		// The body of a here-document with a bare delimiter is expanded.
+		"heredoc arith":           "cat <<EOF\n$((" + r("(", n) + "1" + r(")", n) + "))\nEOF\n",
+		"heredoc index":           "cat <<EOF\n${a[" + r("a[", n) + "1" + r("]", n) + "]}\nEOF\n",
+		"heredoc subst":           "cat <<EOF\n" + r("$(", n) + "x" + r(")", n) + "\nEOF\n",
+		"second heredoc":          "cat <<'A' <<B\n((((\nA\n$((" + r("(", n) + "1" + r(")", n) + "))\nB\n",
+		"unterminated heredoc":    "cat <<EOF\n$((" + r("(", n) + "1" + r(")", n) + "))\n",
+		"heredoc in subst":        r("$(cat <<E\n", n) + "x\n",
+		"heredoc in heredoc":      r("cat <<E\n$(cat <<E\n", n) + "x\n",
+		"deep after flat heredoc": "cat <<'EOF'\nflat\nEOF\n" + r("(", n) + "true" + r(")", n),
+	}
+}
+
+// TestDepth: the estimate never falls under the depth the parser recurses
+// to for any construct that recurses, and stays low for large but flat
+// text (scripts in heredocs and quotes).
+func TestDepth(t *testing.T) {
+	for name, c := range deepForms(2 * MaxNesting) {
+		if d := Depth(c); d <= MaxNesting {
+			t.Errorf("%s: estimated %d, want more than %d", name, d, MaxNesting)
+		}
+	}
+	var py strings.Builder
+	py.WriteString("cat > mod.py <<'EOF'\n")
+	for i := 0; i < 5000; i++ {
+		py.WriteString("if x(1) and y[2]:\n    for i in range(3): print('(')\n")
+	}
+	py.WriteString("EOF\npython3 mod.py")
+	var md strings.Builder
+	md.WriteString("cat > notes.md <<EOF\n")
+	for i := 0; i < 5000; i++ {
+		md.WriteString("- item (see [1]) costs $5 :( and {x} 'quoted' \"q\"\n")
+	}
+	md.WriteString("EOF\nwc -l notes.md")
+	flat := map[string]string{
+		"plain":          "ls -la | grep x && echo ok; for f in *; do echo \"$f\"; done",
+		"heredoc":        py.String(),
+		"bare heredoc":   md.String(),
+		"quoted script":  "python3 -c '" + strings.Repeat("if (x): pass\n", 5000) + "'",
+		"many commands":  strings.Repeat("echo $(date) | tr a b; (cd /tmp && ls)\n", 20000),
+		"balanced lines": strings.Repeat("f() { [ -n \"${x:-}\" ] && echo $((1+2)); }\n", 20000),
+		"many heredocs":  strings.Repeat("cat <<EOF\n$(date) ${HOME}\nEOF\n", 20000),
+	}
+	for name, c := range flat {
+		if d := Depth(c); d > 10 {
+			t.Errorf("%s: estimated %d, want a handful", name, d)
+		}
+	}
+}
+
+// TestParseRefusesDeepText is F4 (regressed in the 2026-11-25 review): a
+// few hundred kilobytes of nesting crashed berth with a stack overflow in
+// the parser, which recover cannot catch. Parse refuses them before the
+// parser runs; without the bound this test dies with the process.
+func TestParseRefusesDeepText(t *testing.T) {
+	for name, c := range deepForms(250000) {
+		f, err := Parse(c)
+		var ne *NestingError
+		if !errors.As(err, &ne) || f != nil {
+			t.Errorf("%s: Parse = %v, %v; want a *NestingError", name, f, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), "1000") || !strings.Contains(err.Error(), "did not run") {
+			t.Errorf("%s: the error does not name the bound or say nothing ran: %s", name, err)
+		}
+	}
+}
+
+// TestParse: text within the bound parses as bash; a syntax error is the
+// parser's own, with its position.
+func TestParse(t *testing.T) {
+	f, err := Parse(strings.Repeat("( ", 50) + "echo [[ x ]] $((1+2)) <(ls)" + strings.Repeat(" )", 50))
+	if err != nil || f == nil || len(f.Stmts) != 1 {
+		t.Fatalf("Parse of 50 levels: %v, %v", f, err)
+	}
+	_, err = Parse("sed -i 's/a/b/ file")
+	var pe syntax.ParseError
+	if !errors.As(err, &pe) || pe.Pos.Line() != 1 {
+		t.Fatalf("unterminated quote: %v, want a syntax.ParseError at line 1", err)
+	}
+}
+
+// TestOf: a Script is reused for its own text and never for another.
+func TestOf(t *testing.T) {
+	sc := New("echo a")
+	if Of(sc, "echo a") != sc {
+		t.Error("Of did not reuse the Script of the same text")
+	}
+	if o := Of(sc, "echo b"); o == sc || o.Text != "echo b" || o.File == nil {
+		t.Errorf("Of for another text: %+v", o)
+	}
+	if o := Of(nil, "(("); o.Err == nil || o.File != nil {
+		t.Errorf("Of(nil) of bad text: %+v", o)
+	}
+}
+
+func BenchmarkDepth(b *testing.B) {
+	text := strings.Repeat("echo $(date) | tr a b; (cd /tmp && ls)\ncat <<EOF\n${HOME} $(pwd)\nEOF\n", 10000)
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		Depth(text)
+	}
+}
+
+// TestOnlyDoor: no other package of the module calls the parser directly,
+// so no parse can skip the bound (the design review's "one parser entry").
+func TestOnlyDoor(t *testing.T) {
+	root := "../.."
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && p != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasPrefix(p, filepath.Join(root, "internal", "shparse")) {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(b, []byte("syntax.NewParser(")) {
+			t.Errorf("%s calls syntax.NewParser: parse through shparse.Parse, which bounds the nesting first", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
