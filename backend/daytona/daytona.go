@@ -112,6 +112,7 @@ type Backend struct {
 	spec       *spec
 	sessionEnv map[string]string
 	log        *slog.Logger
+	begin      func(step, unit string) *backend.Step // set-up progress (backend.Options.Begin)
 
 	wake sync.Mutex // serialises waking and recreating the sandbox
 
@@ -173,6 +174,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		spec:       sp,
 		sessionEnv: sessionEnv(opts),
 		log:        log,
+		begin:      opts.Begin,
 		procs:      map[*ptyProc]struct{}{},
 	}
 	b.reapOnce(ctx)

@@ -101,6 +101,8 @@ func (b *Backend) waitState(ctx context.Context, id string, want ...apiclient.Sa
 // the sandbox is new, i.e. any earlier filesystem is lost.
 func (b *Backend) ensure(ctx context.Context) (sb *apiclient.Sandbox, created bool, err error) {
 	sp := b.spec
+	step := b.begin("starting Daytona sandbox "+sp.Name, "")
+	defer func() { step.End(err) }()
 	replaced, claimed, recovered := false, false, false
 	for attempt := 0; attempt < 6; attempt++ {
 		sb, err = b.get(ctx, sp.Name)

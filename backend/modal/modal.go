@@ -99,6 +99,7 @@ const snapshotTimeout = 5 * time.Minute
 type Backend struct {
 	set    settings
 	cred   credentials
+	begin  func(step, unit string) *backend.Step // set-up progress (backend.Options.Begin)
 	owner  string
 	client *modal.Client
 	app    *modal.App
@@ -173,6 +174,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	b := &Backend{
 		set:    set,
 		cred:   cred,
+		begin:  opts.Begin,
 		owner:  ownerOf(opts.Home),
 		client: client,
 		snaps:  snapshots{dir: opts.Home},
@@ -278,7 +280,9 @@ func (b *Backend) attachOrCreate(ctx context.Context) error {
 		Workdir:      b.set.Workdir,
 		Name:         name,
 	}
+	step := b.begin("creating Modal sandbox "+name, "")
 	sb, err = b.client.Sandboxes.Create(ctx, b.app, img, params)
+	step.End(err)
 	if errors.As(err, new(modal.AlreadyExistsError)) {
 		// Another berth created it a moment ago: use that one.
 		if sb, err = b.client.Sandboxes.FromName(ctx, b.set.App, name, nil); err == nil {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/a55dbaac/berth/backend"
 )
 
 // transports are the image references Apptainer builds from a registry,
@@ -74,7 +76,7 @@ func archivePath(ref string) (string, bool) {
 // APPTAINER_TMPDIR in berth's scratch directory. A build that fails falls
 // back to the reference itself, with a warning: Apptainer then fetches it
 // at every start.
-func resolveImage(ctx context.Context, c *cli, s *settings, log *slog.Logger) (string, error) {
+func resolveImage(ctx context.Context, c *cli, s *settings, log *slog.Logger, begin func(step, unit string) *backend.Step) (string, error) {
 	if !isReference(s.image) {
 		p := s.image
 		if strings.HasPrefix(p, "~/") {
@@ -106,7 +108,9 @@ func resolveImage(ctx context.Context, c *cli, s *settings, log *slog.Logger) (s
 	if _, err := os.Stat(target); err == nil {
 		return target, nil // built by another berth while we waited
 	}
+	step := begin("building "+s.image+" into a SIF (once)", "")
 	err = buildSIF(ctx, c, s, target, log)
+	step.End(err)
 	if err == nil {
 		return target, nil
 	}

@@ -193,7 +193,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		return nil, &backend.UnreachableError{Backend: Name, Target: bin, Hint: "the executable does not run `version`", Err: err}
 	}
 	cleanUpOnce(ctx, b.cli, s.scratch, s.name, b.log)
-	if b.image, err = resolveImage(ctx, b.cli, s, b.log); err != nil {
+	if b.image, err = resolveImage(ctx, b.cli, s, b.log, opts.Begin); err != nil {
 		return nil, err
 	}
 	if err := b.start(ctx); err != nil {

@@ -389,11 +389,13 @@ func testSIFCacheBuiltOnce(t *testing.T, e *testEnv) {
 	recs := make([]*logRecorder, n)
 	bes := make([]*Backend, n)
 	errs := make([]error, n)
+	events := make([][]backend.Event, n) // each New reports on its own goroutine
 	for i := range n {
 		recs[i] = &logRecorder{}
 		opts := e.options("", func(c *config.Terminal) { mustSet(t, c, keyImage, ref) })
 		opts.Home = home
 		opts.Logger = slog.New(recs[i])
+		opts.Progress = func(ev backend.Event) { events[i] = append(events[i], ev) }
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -403,10 +405,16 @@ func testSIFCacheBuiltOnce(t *testing.T, e *testEnv) {
 		}()
 	}
 	wg.Wait()
-	builds := 0
+	builds, shown := 0, 0
 	for i := range n {
 		if errs[i] != nil {
 			t.Fatalf("New %d: %v", i, errs[i])
+		}
+		// The build is a step a person watching sees begin and end.
+		for _, ev := range events[i] {
+			if strings.HasPrefix(ev.Step, "building "+ref+" into a SIF") && ev.End && ev.Err == nil {
+				shown++
+			}
 		}
 		defer bes[i].Close(context.Background())
 		for _, m := range recs[i].all() {
@@ -419,8 +427,8 @@ func testSIFCacheBuiltOnce(t *testing.T, e *testEnv) {
 		}
 		mustRun(t, bes[i], "test -x /bin/busybox")
 	}
-	if builds != 1 {
-		t.Errorf("%d builds for %d concurrent first uses, want 1", builds, n)
+	if builds != 1 || shown != 1 {
+		t.Errorf("%d builds (%d shown as progress) for %d concurrent first uses, want 1", builds, shown, n)
 	}
 	sifs, _ := filepath.Glob(filepath.Join(home, "singularity", "sif", "*.sif"))
 	if len(sifs) != 1 {
