@@ -13,28 +13,25 @@ import (
 
 // TestConformance is the daytona backend's one entry into berth's suite,
 // through Daytona's real generated clients against the fake Daytona (real
-// containers behind its API and toolbox) in its realistic preset
-// (daytonafake.Realistic: every way Daytona is hard on its clients, with
-// small random delays): slow-consumer drops behind a slow link, close
-// messages ahead of output, a lagging list, 429s and 5xx, execute through
-// the user's shell, a non-root user. A fresh throwaway sandbox per test,
-// persistent sandboxes for the Persistence group. The suite runs once,
-// against the unkind fake: the kind one would only repeat it.
+// containers behind its API and toolbox): a fresh throwaway sandbox per
+// test, persistent sandboxes for the Persistence group, and the
+// daytona-only tests as the Internal group.
 func TestConformance(t *testing.T) {
-	conformance(t, daytonafake.StartRealistic(t))
+	conformance(t, daytonafake.Start(t), true)
 }
 
-// TestInternal runs the daytona-only tests as the suite's Internal group,
-// against the kind fake (the unkind switches one by one are in
-// unkind_test.go).
-func TestInternal(t *testing.T) {
-	fake := daytonafake.Start(t)
-	for _, c := range internalTests {
-		t.Run(c.name, func(t *testing.T) { c.fn(t, fake) })
-	}
+// TestConformanceRealistic runs the suite again against the fake in its
+// realistic preset (daytonafake.Realistic: every way Daytona is hard on its
+// clients, with small random delays): slow-consumer drops behind a slow
+// link, close messages ahead of output, a lagging list, 429s and 5xx,
+// execute through the user's shell, a non-root user, random delays. The
+// Internal group runs against the kind fake only (its tests of the unkind
+// switches one by one are in unkind_test.go).
+func TestConformanceRealistic(t *testing.T) {
+	conformance(t, daytonafake.StartRealistic(t), false)
 }
 
-func conformance(t *testing.T, fake *daytonafake.Server) {
+func conformance(t *testing.T, fake *daytonafake.Server, internal bool) {
 	opts := backendtest.Options{
 		Reopen: func(t testing.TB, key string) backend.Backend {
 			opts := testOptions(t, fake, func(c *config.Terminal) { c.ContainerPersistent = true }, nil)
@@ -46,6 +43,13 @@ func conformance(t *testing.T, fake *daytonafake.Server) {
 			})
 			return newBackend(t, opts)
 		},
+	}
+	if internal {
+		opts.Internal = func(t *testing.T) {
+			for _, c := range internalTests {
+				t.Run(c.name, func(t *testing.T) { c.fn(t, fake) })
+			}
+		}
 	}
 	backendtest.Run(t, func(t testing.TB) backend.Backend {
 		return newBackend(t, testOptions(t, fake, nil, nil))

@@ -12,25 +12,25 @@ import (
 )
 
 // TestConformance is the modal backend's entry into berth's suite, on the
-// real Modal SDK against the fake control plane in its realistic preset
-// (modalfake.Realistic: as unkind as the real Modal: sandboxes that take a
-// moment to be scheduled, rate limits, transient failures and broken
-// streams, a router that goes silent when a sandbox dies, lifetimes that
-// end a little early, slow snapshots): a fresh sandbox per test, persistent
-// sandboxes for the Persistence group (a second backend for a key
-// reattaches; Close snapshots and the next one restores). The suite runs
-// once, against the unkind fake: the kind one would only repeat it.
-func TestConformance(t *testing.T) {
-	runConformance(t, newFixtureWith(t, modalfake.Realistic()), false)
+// real Modal SDK against the fake control plane: a fresh sandbox per test,
+// persistent sandboxes for the Persistence group (a second backend for a
+// key reattaches; Close snapshots and the next one restores), and the
+// modal-only tests as the Internal group.
+func TestConformance(t *testing.T) { runConformance(t, newFixture(t)) }
+
+// TestConformanceRealistic runs the same suite against a fake as unkind as
+// the real Modal (modalfake.Realistic): sandboxes that take a moment to be
+// scheduled, rate limits, transient failures and broken streams, a router
+// that goes silent when a sandbox dies, lifetimes that end a little early,
+// slow snapshots.
+func TestConformanceRealistic(t *testing.T) {
+	runConformance(t, newFixtureWith(t, modalfake.Realistic()))
 }
 
-// TestInternal runs the modal-only tests as the suite's Internal group,
-// against the fake with no switch on: each test turns on the failures it
-// is about.
-func TestInternal(t *testing.T) { runConformance(t, newFixture(t), true) }
-
-func runConformance(t *testing.T, f *fixture, internalOnly bool) {
-	opts := backendtest.Options{
+func runConformance(t *testing.T, f *fixture) {
+	backendtest.Run(t, func(t testing.TB) backend.Backend {
+		return newBackend(t, f.options(t, "", nil))
+	}, backendtest.Options{
 		Reopen: func(t testing.TB, key string) backend.Backend {
 			opts := f.options(t, key, func(c *config.Terminal) { c.ContainerPersistent = true })
 			t.Cleanup(func() {
@@ -61,13 +61,5 @@ func runConformance(t *testing.T, f *fixture, internalOnly bool) {
 				t.Run(c.name, func(t *testing.T) { c.fn(t, f) })
 			}
 		},
-	}
-	if internalOnly {
-		opts.Internal(t)
-		return
-	}
-	opts.Internal = nil
-	backendtest.Run(t, func(t testing.TB) backend.Backend {
-		return newBackend(t, f.options(t, "", nil))
-	}, opts)
+	})
 }
