@@ -14,10 +14,22 @@ import (
 // TestConformance is the daytona backend's one entry into berth's suite,
 // through Daytona's real generated clients against the fake Daytona (real
 // containers behind its API and toolbox): a fresh throwaway sandbox per
-// test, persistent sandboxes for the Persistence group, and the
-// daytona-only tests as the Internal group.
+// test, persistent sandboxes for the Persistence group. The daytona-only
+// tests are TestInternal.
 func TestConformance(t *testing.T) {
-	conformance(t, daytonafake.Start(t), true)
+	t.Parallel() // beside TestConformanceRealistic: both mostly wait on the fake
+	conformance(t, daytonafake.Start(t))
+}
+
+// TestInternal runs the daytona-only tests, the suite's Internal group,
+// against the kind fake. It is not parallel: some stand in for another
+// berth by changing the owner mark this process labels sandboxes with, so
+// they run before the two parallel suites start.
+func TestInternal(t *testing.T) {
+	fake := daytonafake.Start(t)
+	for _, c := range internalTests {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, fake) })
+	}
 }
 
 // TestConformanceRealistic runs the suite again against the fake in its
@@ -28,10 +40,11 @@ func TestConformance(t *testing.T) {
 // Internal group runs against the kind fake only (its tests of the unkind
 // switches one by one are in unkind_test.go).
 func TestConformanceRealistic(t *testing.T) {
-	conformance(t, daytonafake.StartRealistic(t), false)
+	t.Parallel()
+	conformance(t, daytonafake.StartRealistic(t))
 }
 
-func conformance(t *testing.T, fake *daytonafake.Server, internal bool) {
+func conformance(t *testing.T, fake *daytonafake.Server) {
 	opts := backendtest.Options{
 		Reopen: func(t testing.TB, key string) backend.Backend {
 			opts := testOptions(t, fake, func(c *config.Terminal) { c.ContainerPersistent = true }, nil)
@@ -44,19 +57,12 @@ func conformance(t *testing.T, fake *daytonafake.Server, internal bool) {
 			return newBackend(t, opts)
 		},
 	}
-	if internal {
-		opts.Internal = func(t *testing.T) {
-			for _, c := range internalTests {
-				t.Run(c.name, func(t *testing.T) { c.fn(t, fake) })
-			}
-		}
-	}
 	backendtest.Run(t, func(t testing.TB) backend.Backend {
 		return newBackend(t, testOptions(t, fake, nil, nil))
 	}, opts)
 }
 
-// internalTests are the daytona backend's own tests, run inside the suite.
+// internalTests are the daytona backend's own tests (TestInternal).
 var internalTests []struct {
 	name string
 	fn   func(*testing.T, *daytonafake.Server)

@@ -16,7 +16,10 @@ import (
 // persistent sandboxes for the Persistence group (a second backend for a
 // key reattaches; Close snapshots and the next one restores), and the
 // modal-only tests as the Internal group.
-func TestConformance(t *testing.T) { runConformance(t, newFixture(t)) }
+func TestConformance(t *testing.T) {
+	t.Parallel() // beside TestConformanceRealistic: both mostly wait on the fake
+	runConformance(t, newFixture(t))
+}
 
 // TestConformanceRealistic runs the same suite against a fake as unkind as
 // the real Modal (modalfake.Realistic): sandboxes that take a moment to be
@@ -24,6 +27,7 @@ func TestConformance(t *testing.T) { runConformance(t, newFixture(t)) }
 // that goes silent when a sandbox dies, lifetimes that end a little early,
 // slow snapshots.
 func TestConformanceRealistic(t *testing.T) {
+	t.Parallel()
 	runConformance(t, newFixtureWith(t, modalfake.Realistic()))
 }
 
