@@ -72,6 +72,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"strings"
@@ -267,13 +268,7 @@ func (b *Backend) SandboxName() string { return b.spec.Name }
 // SessionEnv returns the env_passthrough and docker_forward_env variables
 // with their values, for the session to export over the shell's input.
 // They never appear in the sandbox's definition.
-func (b *Backend) SessionEnv() map[string]string {
-	out := make(map[string]string, len(b.sessionEnv))
-	for k, v := range b.sessionEnv {
-		out[k] = v
-	}
-	return out
-}
+func (b *Backend) SessionEnv() map[string]string { return maps.Clone(b.sessionEnv) }
 
 // Recreated reports, once, whether the sandbox was gone (deleted, or
 // failed) and a new one, with an empty filesystem, replaced it. Waking a

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -220,13 +221,7 @@ func (b *Backend) ContainerID() string {
 // SessionEnv returns the forwarded variables (docker_forward_env) with their
 // values. They are secrets: berth never stores them in the container's
 // configuration or passes them in a command line.
-func (b *Backend) SessionEnv() map[string]string {
-	out := make(map[string]string, len(b.sessionEnv))
-	for k, v := range b.sessionEnv {
-		out[k] = v
-	}
-	return out
-}
+func (b *Backend) SessionEnv() map[string]string { return maps.Clone(b.sessionEnv) }
 
 // Recreated reports, once, whether the container had to be recreated or
 // restarted because it was removed or stopped from outside.

@@ -60,6 +60,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -234,13 +235,7 @@ func (b *Backend) SandboxID() string {
 // env_passthrough, docker_forward_env). They may be secrets: berth sends
 // them over the shell's stdin and never puts them in the sandbox's
 // definition or in an exec's arguments.
-func (b *Backend) SessionEnv() map[string]string {
-	out := make(map[string]string, len(b.set.SessionEnv))
-	for k, v := range b.set.SessionEnv {
-		out[k] = v
-	}
-	return out
-}
+func (b *Backend) SessionEnv() map[string]string { return maps.Clone(b.set.SessionEnv) }
 
 // Recreated reports, once, whether the sandbox was rebuilt since the last
 // call: it died under berth, or its snapshot could not be restored.

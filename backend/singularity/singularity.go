@@ -88,6 +88,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"strings"
@@ -276,13 +277,7 @@ func (b *Backend) NotEnforced() []string {
 // SessionEnv returns the env_passthrough, docker_forward_env and
 // singularity_forward_env variables with their values, for the session to export over the shell's
 // stdin.
-func (b *Backend) SessionEnv() map[string]string {
-	out := make(map[string]string, len(b.sessionEnv))
-	for k, v := range b.sessionEnv {
-		out[k] = v
-	}
-	return out
-}
+func (b *Backend) SessionEnv() map[string]string { return maps.Clone(b.sessionEnv) }
 
 // Recreated reports, once, whether the instance had to be started again
 // because it vanished from outside.
