@@ -372,7 +372,9 @@ func (s *Suite) testOnTimeoutBackground(t *testing.T) {
 	}
 	defer m.Run(context.Background(), "k", terminal.Request{Command: "rm -rf " + dir})
 
-	res := m.Terminal(context.Background(), "k", terminal.Request{Command: "echo start; sleep 2; echo end; exit 3", Timeout: 1, OnTimeout: terminal.OnTimeoutBackground})
+	// The command runs until the test lets it end (a file appears), so
+	// "still running" below never depends on how fast the next shell starts.
+	res := m.Terminal(context.Background(), "k", terminal.Request{Command: "echo start; until [ -e " + dir + "/go ]; do sleep 0.1; done; echo end; exit 3", Timeout: 1, OnTimeout: terminal.OnTimeoutBackground})
 	r := res.Foreground
 	if r == nil || r.Error != nil {
 		t.Fatalf("terminal: %#v", res)
@@ -399,6 +401,9 @@ func (s *Suite) testOnTimeoutBackground(t *testing.T) {
 	}
 	if l := m.Process(context.Background(), "k", process.Request{Action: "list"}); !strings.Contains(fmt.Sprint(l), r.SessionID) {
 		t.Fatalf("list does not show %s: %v", r.SessionID, l)
+	}
+	if g := m.Run(context.Background(), "k", terminal.Request{Command: "touch " + dir + "/go"}); g.Error != nil || g.ExitCode != 0 {
+		t.Fatalf("letting the moved command end: %+v", g)
 	}
 
 	w := m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 30})

@@ -299,9 +299,23 @@ func (s *Suite) testDeepNesting(t *testing.T) {
 	}
 	// The text of bash -c is checked by the gate, which finds it too deep
 	// to follow: a rule that needs approval, and nobody can be asked here.
-	res := mrun("k", "sleep 1053"+runTag+" &\nbash -c '"+r("((", n)+"1"+r("))", n)+"'")
-	if res.Error == nil || res.Approval == nil || res.Approval.Rule != "too-deep" || !strings.Contains(*res.Error, fmt.Sprint(shparse.MaxNesting)) {
-		t.Fatalf("bash -c '((((…': %+v, want it blocked by too-deep, naming the bound %d", res, shparse.MaxNesting)
+	// In an environment the backend reports isolated from any real machine
+	// (IsolationImage) the gate leaves commands to that isolation, so the
+	// text reaches bash, which may refuse it; berth must only not fall over.
+	env, err := m.Env(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deepArg := "bash -c '" + r("((", n) + "1" + r("))", n) + "'"
+	if backend.IsolationOf(env.Backend()) == backend.IsolationImage {
+		if res := mrun("k", deepArg); res.Error != nil {
+			t.Fatalf("bash -c '((((…' in an isolated environment: %+v, want it left to the isolation and bash's answer", res)
+		}
+	} else {
+		res := mrun("k", "sleep 1053"+runTag+" &\n"+deepArg)
+		if res.Error == nil || res.Approval == nil || res.Approval.Rule != "too-deep" || !strings.Contains(*res.Error, fmt.Sprint(shparse.MaxNesting)) {
+			t.Fatalf("bash -c '((((…': %+v, want it blocked by too-deep, naming the bound %d", res, shparse.MaxNesting)
+		}
 	}
 	if res := mrun("k", countArg("1053"+runTag)); res.Error != nil || strings.TrimSpace(res.Output) != "0" {
 		t.Fatalf("after the refusals: %+v, want no sleep started", res) // refused before anything ran
