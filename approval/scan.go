@@ -39,6 +39,10 @@ type Finding struct {
 	// writable trees.
 	targets []string
 	located bool
+	// could is what a command whose program berth cannot see could run,
+	// when that is what matched (x -rf / with x an alias of an earlier
+	// call could run rm -rf /).
+	could string
 }
 
 // arg is one shell word after expansion as far as it can be done before
@@ -141,6 +145,9 @@ type scanner struct {
 	ifsSet     bool              // IFS is assigned in the text
 	links      map[string]string // paths followed through their links (Context.Resolve)
 	made       map[string]string // links the command makes (ln -s), link to target
+	forwarding int               // dynamic commands being checked by what they could run (couldRun)
+	cloned     int               // variables copied for couldRun's candidates
+	candWork   int               // arguments given to couldRun's candidates, over the check
 }
 
 // fdSource is what a descriptor opened with exec (exec 3<<<text, exec 3<
