@@ -45,6 +45,18 @@ var dynamicCases = []struct {
 	{`$SUDO rm -rf /`, floor, floor, "rm-system-dir"},
 	{"echo 'rm -rf /' | x", floor, floor, "rm-system-dir"},
 	{`x <<< 'kill -9 -1'`, floor, floor, "kill-all"},
+	// 4: read, mapfile and readarray fed literal text (a here-string, a
+	// heredoc) assign known values.
+	{`read -r d <<< /; rm -rf "$d"`, floor, floor, "rm-system-dir"},
+	{`read d <<< '  /  '; rm -rf "$d"`, floor, floor, "rm-system-dir"},
+	{`mapfile -t a <<< /; rm -rf "${a[@]}"`, floor, floor, "rm-system-dir"},
+	{`readarray -t a <<< /; rm -rf "${a[0]}"`, floor, floor, "rm-system-dir"},
+	{"mapfile -t a <<'EOF'\n/tmp/x\n/usr\nEOF\nrm -rf \"${a[@]}\"", floor, floor, "rm-system-dir"},
+	{"read -r d <<EOF\n/etc\nEOF\nrm -rf \"$d\"", floor, floor, "rm-system-dir"},
+	{`read -r a b <<< "x /usr"; rm -rf "$b"`, floor, floor, "rm-system-dir"},
+	{`IFS=: read -r a b <<< "x:/"; rm -rf "$b"`, floor, floor, "rm-system-dir"},
+	{`read -ra arr <<< "build /"; rm -rf "${arr[@]}"`, floor, floor, "rm-system-dir"},
+	{`v=/; read -r d <<< "$v"; rm -rf "$d"`, floor, floor, "rm-system-dir"},
 	// Look-alikes: a session function's ordinary arguments are no floor.
 	{`build -rf dist`, offByMode, ask, "dynamic-command"},
 	{`myfn /tmp/x`, offByMode, ask, "dynamic-command"},
@@ -68,6 +80,23 @@ var dynamicCases = []struct {
 	{`myfn build/ /tmp/out`, offByMode, ask, "dynamic-command"},
 	{`$EDITOR notes.txt`, offByMode, ask, "dynamic-command"},
 	{`"$PYTHON" -m pytest -x`, offByMode, ask, "dynamic-command"},
+	// Look-alikes: values read at run time stay unknown, and an unknown
+	// operand is no floor; known values are what they are (rm -rf build is
+	// routine).
+	{`tmp=$(mktemp -d); rm -rf "$tmp"`, offByMode, ask, "rm-recursive"},
+	{`read -r d < list.txt; rm -rf "$d"`, offByMode, ask, "rm-recursive"},
+	{`read -r d <<< "$line"; rm -rf "$d"`, offByMode, ask, "rm-recursive"},
+	{`IFS= read -r d < <(mktemp -d); rm -rf "$d"`, offByMode, ask, "rm-recursive"},
+	{`mapfile -t a < <(find . -name '*.tmp'); rm -rf "${a[@]}"`, offByMode, ask, "rm-recursive"},
+	{`echo / | read d; rm -rf "$d"`, offByMode, ask, "rm-recursive"},
+	{`read -r d <<< build; rm -rf "$d"`, ok, ok, ""},
+	{`read -r d <<< "  /tmp/x  "; rm -rf "$d"`, ok, ok, ""},
+	{`IFS=: read -r a b <<< "/:dist"; rm -rf "$b"`, ok, ok, ""},
+	{`mapfile -t a <<< "dist"; rm -rf "${a[@]}"`, ok, ok, ""},
+	{`mapfile a <<< /; rm -rf "${a[@]}"`, offByMode, ask, "rm-recursive"},
+	{`read -n 1 d <<< /usr; rm -rf "$d"`, offByMode, ask, "rm-recursive"},
+	{`read -r d <<< /; echo "$d"`, ok, ok, ""},
+	{`mapfile -t lines <<< "a b"; printf '%s\n' "${lines[@]}"`, ok, ok, ""},
 }
 
 func TestDynamicCommandsAgainstTheFloor(t *testing.T) {
@@ -125,5 +154,30 @@ func TestDynamicUnchecked(t *testing.T) {
 	}
 	if v := off.Check(strings.Repeat("myfn a; ", 100), c); v.Action != Allow {
 		t.Errorf("100 ordinary calls: %s by %q", v.Action, v.By)
+	}
+}
+
+// TestReadFields: read's field splitting, against what bash 5 gives.
+func TestReadFields(t *testing.T) {
+	for _, tc := range []struct {
+		line, ifs string
+		n         int
+		want      []string
+	}{
+		{"x:", ":", 1, []string{"x"}},
+		{"x::", ":", 1, []string{"x::"}},
+		{"  /  ", " \t\n", 1, []string{"/"}},
+		{"  /  ", "", 1, []string{"  /  "}},
+		{" x  y  z ", " \t\n", 2, []string{"x", "y  z"}},
+		{"x:y:", ":", 2, []string{"x", "y"}},
+		{" a b  c ", " \t\n", -1, []string{"a", "b", "c"}},
+		{"x : y : z", " :", 2, []string{"x", "y : z"}},
+		{"a", " \t\n", 3, []string{"a", "", ""}},
+		{"x:/", ":", 2, []string{"x", "/"}},
+	} {
+		got := readFields(tc.line, tc.ifs, tc.n)
+		if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
+			t.Errorf("readFields(%q, %q, %d) = %q, want %q", tc.line, tc.ifs, tc.n, got, tc.want)
+		}
 	}
 }

@@ -114,6 +114,7 @@ type ioInfo struct {
 	stdinFile    bool           // stdin redirected from a file
 	stdinUnknown bool           // stdin is a descriptor whose content is not known (<&3)
 	xargs        bool           // run by xargs or find -exec: more arguments arrive at run time
+	fed          *cands         // the text on stdin, when known before the run (read, mapfile)
 }
 
 // scanner walks one command and collects findings.
@@ -148,6 +149,7 @@ type scanner struct {
 	forwarding int               // dynamic commands being checked by what they could run (couldRun)
 	cloned     int               // variables copied for couldRun's candidates
 	candWork   int               // arguments given to couldRun's candidates, over the check
+	callIFS    *cands            // IFS as the command being checked sees it, when it assigns it (IFS=: read ...)
 }
 
 // fdSource is what a descriptor opened with exec (exec 3<<<text, exec 3<
@@ -487,20 +489,23 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 				continue
 			}
 			if r.Hdoc != nil {
-				t := s.wordCands(r.Hdoc).vals[0]
-				io.stdinText = &t
+				c := s.wordCands(r.Hdoc)
+				t := c.vals[0]
+				io.stdinText, io.fed = &t, &c
 			} else {
 				e := ""
-				io.stdinText = &e
+				io.stdinText, io.fed = &e, &cands{vals: []string{""}}
 			}
 		case syntax.WordHdoc:
 			if r.N != nil && r.N.Value != "0" {
 				continue
 			}
-			t := s.wordCands(r.Word).vals[0] + "\n"
-			io.stdinText = &t
+			c := cross(s.wordCands(r.Word), one("\n"))
+			t := c.vals[0]
+			io.stdinText, io.fed = &t, &c
 		case syntax.RdrIn:
 			if r.N == nil || r.N.Value == "0" {
+				io.fed = nil
 				if ps := procSubstOf(r.Word); ps != nil {
 					io.up = ps.Stmts // bash < <(cmd)
 				} else {
@@ -509,6 +514,7 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 			}
 		case syntax.DplIn:
 			if r.N == nil || r.N.Value == "0" {
+				io.fed = nil
 				if v, ok := s.word(r.Word).lit(); ok && v != "0" && v != "-" {
 					src, known := s.fds[v]
 					switch {
@@ -552,7 +558,17 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 		}
 	}
 	if len(argv) > 0 {
+		ifs := s.callIFS
+		if isCall {
+			for _, as := range call.Assigns {
+				if as.Name != nil && as.Name.Value == "IFS" && !as.Append && as.Index == nil && as.Array == nil {
+					c := s.wordCands(as.Value)
+					s.callIFS = &c
+				}
+			}
+		}
 		s.command(argv, io, redir)
+		s.callIFS = ifs
 	}
 }
 
@@ -822,7 +838,7 @@ func (s *scanner) lookup(name string) (cands, bool) {
 // "rm -rf $DIR/" is treated as "rm -rf /". ${X:?} fails when X is empty,
 // so it stands for a non-empty unknown value.
 func (s *scanner) param(p *syntax.ParamExp) cands {
-	if p.Param == nil || p.NestedParam != nil || p.Excl || p.Length || p.Width || p.Index != nil ||
+	if p.Param == nil || p.NestedParam != nil || p.Excl || p.Length || p.Width || p.Index != nil && !wholeIndex(p.Index) ||
 		p.Slice != nil || p.Repl != nil || p.Names != 0 {
 		return unknown
 	}
