@@ -54,6 +54,11 @@
 //     when empty and so counts as an unknown non-empty value; ${X:-/d} is
 //     either its default or an unknown value.
 //   - $(echo x), $(printf x), $(which x), $(command -v x) and $(pwd) resolve.
+//   - read, mapfile and readarray fed known text (a here-string, a heredoc,
+//     or <(echo x) and <(printf x): a constant command's output) assign
+//     what it says, split as bash splits it. Fed anything else (a file, a
+//     pipe, <(mktemp -d)) they assign unknown values, which are no floor:
+//     rm -rf "$d" of such a value needs approval as any recursive removal.
 //   - A program name that stays unknown ($EDITOR file, "$@", eval "$X",
 //     bash -c "$X", awk's system(cmd)) needs approval (rule
 //     dynamic-command): berth cannot see what runs. So does a function or

@@ -57,6 +57,11 @@ var dynamicCases = []struct {
 	{`IFS=: read -r a b <<< "x:/"; rm -rf "$b"`, floor, floor, "rm-system-dir"},
 	{`read -ra arr <<< "build /"; rm -rf "${arr[@]}"`, floor, floor, "rm-system-dir"},
 	{`v=/; read -r d <<< "$v"; rm -rf "$d"`, floor, floor, "rm-system-dir"},
+	// 5: a process substitution of a constant command (echo, printf of
+	// literal text) feeding them: its output is known, as $(echo /) is.
+	{`IFS= read -r d < <(echo /); rm -rf "$d"`, floor, floor, "rm-system-dir"},
+	{`mapfile -t a < <(printf '%s\n' /usr); rm -rf "${a[@]}"`, floor, floor, "rm-system-dir"},
+
 	// Look-alikes: a session function's ordinary arguments are no floor.
 	{`build -rf dist`, offByMode, ask, "dynamic-command"},
 	{`myfn /tmp/x`, offByMode, ask, "dynamic-command"},

@@ -508,6 +508,7 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 				io.fed = nil
 				if ps := procSubstOf(r.Word); ps != nil {
 					io.up = ps.Stmts // bash < <(cmd)
+					io.fed = s.constOutput(ps.Stmts)
 				} else {
 					io.stdinFile = true
 				}

@@ -110,8 +110,9 @@ func varChecks() map[string]check {
 }
 
 // read assigns the variables of read. What it reads is known when its
-// stdin is (a here-string or heredoc of known text: io.fed); else the
-// variables hold unknown values afterwards.
+// stdin is (a here-string or heredoc of known text, or a process
+// substitution of echo or printf of it: io.fed); else the variables hold
+// unknown values afterwards.
 func (s *scanner) read(c call) {
 	o := parseOpts(c.args, "adinNptu", nil, true)
 	array, isArray := o.val('a')
@@ -283,6 +284,32 @@ func readFields(line, ifs string, n int) []string {
 		out = append(out, "")
 	}
 	return out
+}
+
+// constOutput returns what a process substitution of a constant command
+// prints (<(echo /), <(printf '%s\n' a b): echo or printf of known words),
+// or nil. Its output is known before it runs, as $(echo /) is (cmdSubst).
+//
+// Anything else a process substitution runs, and a pipe into read (a
+// subshell: the variables do not outlive it), stays unknown. An unknown
+// operand is no floor: rm -rf "$tmp" with tmp from mktemp -d, or from
+// read < <(mktemp -d), is routine and needs approval only as
+// rm-recursive; so a recursive removal of a value only known at run time
+// is left to the dangerous rules rather than blocked everywhere.
+func (s *scanner) constOutput(stmts []*syntax.Stmt) *cands {
+	if len(stmts) != 1 || len(stmts[0].Redirs) > 0 || stmts[0].Background {
+		return nil
+	}
+	name, argv := s.stageCommand(stmts[0])
+	if name != "echo" && name != "printf" {
+		return nil
+	}
+	texts, ok := literalOutputs(name, argv[1:])
+	if !ok {
+		return nil
+	}
+	c := capCands(cands{vals: texts})
+	return &c
 }
 
 // wholeIndex reports whether an array index stands for the whole value
