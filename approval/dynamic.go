@@ -87,6 +87,15 @@ var floorPrograms = sync.OnceValue(func() []floorProgram {
 	return out
 })
 
+// ruleOrder is each rule's place in rules.
+var ruleOrder = func() map[string]int {
+	m := make(map[string]int, len(rules))
+	for i, r := range rules {
+		m[r.ID] = i
+	}
+	return m
+}()
+
 // floorProgram is a program the floor covers.
 type floorProgram struct {
 	name   string
@@ -182,6 +191,9 @@ func (s *scanner) couldRun(who string, args []arg, io ioInfo, seg, redir string)
 	s.segments, s.segSeen = segments, segSeen
 	s.cwd, s.pos, s.posKnown, s.ifsSet = cwd, pos, posKnown, ifsSet
 	s.vars = vars
+	// The first finding names the command in the BLOCKED message: by the
+	// order of the rules (rm-system-dir first), not of the programs.
+	sort.SliceStable(kept, func(i, j int) bool { return ruleOrder[kept[i].Rule.ID] < ruleOrder[kept[j].Rule.ID] })
 	for _, f := range kept {
 		if s.stopped && !stopped {
 			// The bound of commands was reached inside a candidate, and
