@@ -74,7 +74,7 @@ func lookupCheck(name string) (check, bool) {
 // scannerRules are the rules the scanner reports itself, for every
 // command, rather than a program's checker: writes through redirections,
 // fork bombs, and what it cannot follow.
-var scannerRules = []string{"dynamic-command", "unparsed", "too-deep", "fork-bomb", "disk-write", "sysrq",
+var scannerRules = []string{"dynamic-command", "dynamic-unchecked", "unparsed", "too-deep", "fork-bomb", "disk-write", "sysrq",
 	"write-etc", "write-ssh", "write-shell-rc", "write-netrc", "write-dotenv", "write-berth-config", "berth-env"}
 
 // command checks one simple command.
@@ -98,6 +98,7 @@ func (s *scanner) command(argv []arg, io ioInfo, redir string) {
 	p := argv[0]
 	if p.dyn {
 		s.add("dynamic-command", seg, p.source())
+		s.couldRun(dynamicWho(p), argv[1:], io, seg, redir)
 	}
 	if v, ok := p.lit(); ok && p.node != nil && splittable(p.node) && !s.ifsSet && !plainName(v) {
 		s.add("dynamic-command", seg, p.source()+": its words depend on IFS, which an earlier call may have set")
@@ -108,7 +109,7 @@ func (s *scanner) command(argv []arg, io ioInfo, redir string) {
 		if n == "" || strings.Contains(n, unknownPart) {
 			continue
 		}
-		if !strings.Contains(n, "/") && s.called(n, argv[1:], seg) {
+		if !strings.Contains(n, "/") && s.called(n, argv[1:], io, seg, redir) {
 			continue
 		}
 		base := path.Base(n)

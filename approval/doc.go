@@ -54,6 +54,11 @@
 //     when empty and so counts as an unknown non-empty value; ${X:-/d} is
 //     either its default or an unknown value.
 //   - $(echo x), $(printf x), $(which x), $(command -v x) and $(pwd) resolve.
+//   - read, mapfile and readarray fed known text (a here-string, a heredoc,
+//     or <(echo x) and <(printf x): a constant command's output) assign
+//     what it says, split as bash splits it. Fed anything else (a file, a
+//     pipe, <(mktemp -d)) they assign unknown values, which are no floor:
+//     rm -rf "$d" of such a value needs approval as any recursive removal.
 //   - A program name that stays unknown ($EDITOR file, "$@", eval "$X",
 //     bash -c "$X", awk's system(cmd)) needs approval (rule
 //     dynamic-command): berth cannot see what runs. So does a function or
@@ -63,6 +68,18 @@
 //     have set, and a command_not_found_handle. Inside -c/eval text an
 //     unknown part in argument position (bash -c "cd $DIR && make") does
 //     not.
+//   - Such a command (a function or alias of an earlier call, or a
+//     program name only known at run time) is also checked against the
+//     floor by what it could run: its arguments as a command line (a
+//     forwarder: h rm -rf /), its arguments given to each program the
+//     floor's checks cover (x -rf / as rm -rf /, f -9 -1 as kill -9 -1),
+//     and its stdin, when known, as a script. Any floor finding blocks it
+//     in every mode, the message naming what it could run. Arguments count
+//     at their known values (an unknown part as empty, as above); floor
+//     rules a program reports with no arguments (reboot), and power words
+//     that are everyday words for other programs (a runlevel, -f), do not
+//     count. One with more arguments than berth checks this way is
+//     blocked (dynamic-unchecked).
 //   - A command the parser rejects needs approval (rule unparsed) and is
 //     also checked word by word, so a floor command in it is still blocked;
 //     with nobody to ask, the message says what did not parse and where,

@@ -16,9 +16,10 @@ const maxInline = 8
 // a function defined in the text (checked where it is called, with its
 // arguments bound to the positional parameters), or a function or alias
 // the session defined in an earlier call (Context.Names), whose body berth
-// cannot see: what it runs is only known at run time. It reports whether
+// cannot see: what it runs is only known at run time, so it is checked
+// against the floor by what it could run (couldRun). It reports whether
 // name was one of them.
-func (s *scanner) called(name string, args []arg, seg string) bool {
+func (s *scanner) called(name string, args []arg, io ioInfo, seg, redir string) bool {
 	if value, ok := s.aliases[name]; ok {
 		key := "alias " + name
 		if !s.calling[key] && len(s.calling) < maxInline {
@@ -40,6 +41,7 @@ func (s *scanner) called(name string, args []arg, seg string) bool {
 	}
 	if s.sessionName(name) {
 		s.add("dynamic-command", seg, name+" is a function or alias the session defined in an earlier call: what it runs is only known at run time")
+		s.couldRun(sessionWho(name), args, io, seg, redir)
 		return true
 	}
 	return false

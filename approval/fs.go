@@ -323,6 +323,10 @@ func (s *scanner) mv(args []arg, seg string) {
 	} else if len(sources) >= 2 {
 		dest = sources[len(sources)-1:]
 		sources = sources[:len(sources)-1]
+	} else {
+		// mv with one operand and no target moves nothing: it stops with
+		// "missing destination file operand".
+		sources = nil
 	}
 	for _, src := range sources {
 		for _, v := range src.vals {

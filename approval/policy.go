@@ -315,9 +315,13 @@ func (v Verdict) Decision(p *Policy) *Decision {
 		return newDecision(Allowed, v.By, v.Need, v.Pattern, "")
 	case v.Action == Block && v.By == ByFloor:
 		f := v.Need[0]
+		what := quoteCmd(v.Subject) + " is"
+		if f.could != "" {
+			what = quoteCmd(v.Subject) + " could run " + quoteCmd(f.could) + ", which is"
+		}
 		return newDecision(Blocked, ByFloor, v.Need, "", fmt.Sprintf(
-			"BLOCKED: %s is on berth's hardline floor (%s: %s) and never runs through berth, whatever %s or %s say. Nothing was run. Do not try another way; if it is really intended, the user must run it outside berth.",
-			quoteCmd(v.Subject), f.Rule.ID, f.Rule.Description, KeyMode, KeyAllowlist))
+			"BLOCKED: %s on berth's hardline floor (%s: %s) and never runs through berth, whatever %s or %s say. Nothing was run. Do not try another way; if it is really intended, the user must run it outside berth.",
+			what, f.Rule.ID, f.Rule.Description, KeyMode, KeyAllowlist))
 	case v.Action == Block:
 		why := ""
 		if len(v.Need) > 0 {

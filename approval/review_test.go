@@ -282,8 +282,9 @@ func TestSessionNames(t *testing.T) {
 	c := testCtx
 	c.Names = []string{"f", "x", "ll"}
 	checkAll(t, DefaultPolicy(), c, []struct{ cmd, want, rule string }{
-		{`f -rf /`, ask, "dynamic-command"},
-		{`x -rf /`, ask, "dynamic-command"},
+		{`f -rf /`, floor, "rm-system-dir"}, // checked by what it could run: rm -rf /
+		{`x -rf /`, floor, "rm-system-dir"},
+		{`x -rf dist`, ask, "dynamic-command"},
 		{`echo hi && f`, ask, "dynamic-command"},
 		{`f() { echo "$@"; }; f -rf /`, ok, ""}, // redefined in this text: checked as written
 		{`ls -la`, ok, ""},

@@ -39,6 +39,10 @@ type Finding struct {
 	// writable trees.
 	targets []string
 	located bool
+	// could is what a command whose program berth cannot see could run,
+	// when that is what matched (x -rf / with x an alias of an earlier
+	// call could run rm -rf /).
+	could string
 }
 
 // arg is one shell word after expansion as far as it can be done before
@@ -110,6 +114,7 @@ type ioInfo struct {
 	stdinFile    bool           // stdin redirected from a file
 	stdinUnknown bool           // stdin is a descriptor whose content is not known (<&3)
 	xargs        bool           // run by xargs or find -exec: more arguments arrive at run time
+	fed          *cands         // the text on stdin, when known before the run (read, mapfile)
 }
 
 // scanner walks one command and collects findings.
@@ -141,6 +146,10 @@ type scanner struct {
 	ifsSet     bool              // IFS is assigned in the text
 	links      map[string]string // paths followed through their links (Context.Resolve)
 	made       map[string]string // links the command makes (ln -s), link to target
+	forwarding int               // dynamic commands being checked by what they could run (couldRun)
+	cloned     int               // variables copied for couldRun's candidates
+	candWork   int               // arguments given to couldRun's candidates, over the check
+	callIFS    *cands            // IFS as the command being checked sees it, when it assigns it (IFS=: read ...)
 }
 
 // fdSource is what a descriptor opened with exec (exec 3<<<text, exec 3<
@@ -480,28 +489,33 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 				continue
 			}
 			if r.Hdoc != nil {
-				t := s.wordCands(r.Hdoc).vals[0]
-				io.stdinText = &t
+				c := s.wordCands(r.Hdoc)
+				t := c.vals[0]
+				io.stdinText, io.fed = &t, &c
 			} else {
 				e := ""
-				io.stdinText = &e
+				io.stdinText, io.fed = &e, &cands{vals: []string{""}}
 			}
 		case syntax.WordHdoc:
 			if r.N != nil && r.N.Value != "0" {
 				continue
 			}
-			t := s.wordCands(r.Word).vals[0] + "\n"
-			io.stdinText = &t
+			c := cross(s.wordCands(r.Word), one("\n"))
+			t := c.vals[0]
+			io.stdinText, io.fed = &t, &c
 		case syntax.RdrIn:
 			if r.N == nil || r.N.Value == "0" {
+				io.fed = nil
 				if ps := procSubstOf(r.Word); ps != nil {
 					io.up = ps.Stmts // bash < <(cmd)
+					io.fed = s.constOutput(ps.Stmts)
 				} else {
 					io.stdinFile = true
 				}
 			}
 		case syntax.DplIn:
 			if r.N == nil || r.N.Value == "0" {
+				io.fed = nil
 				if v, ok := s.word(r.Word).lit(); ok && v != "0" && v != "-" {
 					src, known := s.fds[v]
 					switch {
@@ -545,7 +559,17 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 		}
 	}
 	if len(argv) > 0 {
+		ifs := s.callIFS
+		if isCall {
+			for _, as := range call.Assigns {
+				if as.Name != nil && as.Name.Value == "IFS" && !as.Append && as.Index == nil && as.Array == nil {
+					c := s.wordCands(as.Value)
+					s.callIFS = &c
+				}
+			}
+		}
 		s.command(argv, io, redir)
+		s.callIFS = ifs
 	}
 }
 
@@ -815,7 +839,7 @@ func (s *scanner) lookup(name string) (cands, bool) {
 // "rm -rf $DIR/" is treated as "rm -rf /". ${X:?} fails when X is empty,
 // so it stands for a non-empty unknown value.
 func (s *scanner) param(p *syntax.ParamExp) cands {
-	if p.Param == nil || p.NestedParam != nil || p.Excl || p.Length || p.Width || p.Index != nil ||
+	if p.Param == nil || p.NestedParam != nil || p.Excl || p.Length || p.Width || p.Index != nil && !wholeIndex(p.Index) ||
 		p.Slice != nil || p.Repl != nil || p.Names != 0 {
 		return unknown
 	}

@@ -38,15 +38,9 @@ func varChecks() map[string]check {
 				}
 			}
 		}},
-		"read": names("adinNptu", func(o *opts) []arg {
-			out := append([]arg(nil), o.shortArg['a']...)
-			if len(o.operands) == 0 && len(out) == 0 {
-				return []arg{litArg("REPLY")}
-			}
-			return append(out, o.operands...)
-		}),
-		"mapfile":   names("dnOsuCc", func(o *opts) []arg { return lastOr(o.operands, "MAPFILE") }),
-		"readarray": names("dnOsuCc", func(o *opts) []arg { return lastOr(o.operands, "MAPFILE") }),
+		"read":      {[]string{"berth-env"}, func(s *scanner, c call) { s.read(c) }},
+		"mapfile":   {[]string{"berth-env"}, func(s *scanner, c call) { s.mapfile(c) }},
+		"readarray": {[]string{"berth-env"}, func(s *scanner, c call) { s.mapfile(c) }},
 		"getopts": names("", func(o *opts) []arg {
 			if len(o.operands) > 1 {
 				return o.operands[1:2]
@@ -113,6 +107,221 @@ func varChecks() map[string]check {
 			}
 		}},
 	}
+}
+
+// read assigns the variables of read. What it reads is known when its
+// stdin is (a here-string or heredoc of known text, or a process
+// substitution of echo or printf of it: io.fed); else the variables hold
+// unknown values afterwards.
+func (s *scanner) read(c call) {
+	o := parseOpts(c.args, "adinNptu", nil, true)
+	array, isArray := o.val('a')
+	targets := o.operands
+	if isArray {
+		targets = []arg{array}
+	} else if len(targets) == 0 {
+		targets = []arg{litArg("REPLY")}
+	}
+	var vals [][]string // per target, the values it may get
+	known := c.io.fed != nil && !c.io.fed.dyn && !o.has('n') && !o.has('N') && !o.has('u')
+	delim, ok := s.delimOpt(o)
+	ifs, ifsKnown := s.ifs()
+	known = known && ok && ifsKnown
+	if known {
+		vals = make([][]string, len(targets))
+		for _, text := range c.io.fed.vals {
+			line, _, _ := strings.Cut(text, delim)
+			if !o.has('r') && strings.Contains(line, `\`) {
+				known = false // backslash escapes and continued lines
+				break
+			}
+			n := len(targets)
+			if isArray {
+				n = -1
+			}
+			fields := readFields(line, ifs, n)
+			if isArray {
+				vals[0] = append(vals[0], fields...)
+				continue
+			}
+			for i := range targets {
+				vals[i] = append(vals[i], fields[i])
+			}
+		}
+	}
+	for i, a := range targets {
+		s.setsVarWord(a, c.seg)
+		val := unknown
+		if known {
+			val = capCands(cands{vals: vals[i]})
+		}
+		for _, v := range a.vals {
+			s.vars[v] = val
+		}
+	}
+}
+
+// mapfile assigns the array of mapfile (readarray): the lines of its
+// stdin, when that is known (as for read).
+func (s *scanner) mapfile(c call) {
+	o := parseOpts(c.args, "dnOsuCc", nil, true)
+	target := lastOr(o.operands, "MAPFILE")[0]
+	s.setsVarWord(target, c.seg)
+	val := unknown
+	delim, ok := s.delimOpt(o)
+	count, skip := -1, 0
+	for _, f := range []struct {
+		c byte
+		n *int
+	}{{'n', &count}, {'s', &skip}} {
+		if a, has := o.val(f.c); has {
+			v, lit := a.lit()
+			k, err := strconv.Atoi(v)
+			if !lit || err != nil || k < 0 {
+				ok = false
+			}
+			*f.n = k
+			if f.c == 'n' && k == 0 {
+				*f.n = -1 // -n 0 reads every line
+			}
+		}
+	}
+	if fed := c.io.fed; fed != nil && !fed.dyn && ok && !o.has('u') && !o.has('C') {
+		var lines []string
+		for _, text := range fed.vals {
+			got := strings.SplitAfter(text, delim)
+			if last := len(got) - 1; got[last] == "" {
+				got = got[:last]
+			}
+			got = got[min(skip, len(got)):]
+			if count >= 0 && count < len(got) {
+				got = got[:count]
+			}
+			for _, l := range got {
+				if o.has('t') {
+					l = strings.TrimSuffix(l, delim)
+				}
+				lines = append(lines, l)
+			}
+		}
+		val = capCands(cands{vals: lines})
+	}
+	for _, v := range target.vals {
+		s.vars[v] = val
+	}
+}
+
+// delimOpt returns the delimiter -d chooses (read, mapfile): a newline by
+// default, NUL for -d ”.
+func (s *scanner) delimOpt(o *opts) (string, bool) {
+	a, has := o.val('d')
+	if !has {
+		return "\n", true
+	}
+	v, ok := a.lit()
+	if !ok {
+		return "", false
+	}
+	if v == "" {
+		return "\x00", true
+	}
+	return v[:1], true
+}
+
+// ifs returns the IFS the command being checked sees, and whether it is
+// known.
+func (s *scanner) ifs() (string, bool) {
+	c, ok := s.vars["IFS"]
+	if s.callIFS != nil {
+		c, ok = *s.callIFS, true
+	}
+	if !ok {
+		return " \t\n", true
+	}
+	if c.dyn || len(c.vals) != 1 {
+		return "", false
+	}
+	return c.vals[0], true
+}
+
+// readFields splits a line as read does into n fields (n < 0: every field,
+// as read -a): the IFS whitespace at both ends is dropped, a run of IFS
+// whitespace or one other IFS character with the whitespace around it
+// separates two fields, and the last of n fields holds the rest of the
+// line (less one trailing IFS character when the rest is one field: "x:"
+// is x).
+func readFields(line, ifs string, n int) []string {
+	isIFS := func(r rune) bool { return strings.ContainsRune(ifs, r) }
+	isWS := func(r rune) bool { return isIFS(r) && (r == ' ' || r == '\t' || r == '\n') }
+	line = strings.TrimLeftFunc(line, isWS)
+	var out []string
+	for n < 0 || len(out) < n-1 {
+		if line == "" {
+			break
+		}
+		i := strings.IndexFunc(line, isIFS)
+		if i < 0 {
+			out = append(out, line)
+			line = ""
+			break
+		}
+		out = append(out, line[:i])
+		line = strings.TrimLeftFunc(line[i:], isWS)
+		if line != "" && isIFS(rune(line[0])) && !isWS(rune(line[0])) {
+			line = strings.TrimLeftFunc(line[1:], isWS)
+		}
+	}
+	if n > 0 && len(out) < n {
+		rest := strings.TrimRightFunc(line, isWS)
+		if k := len(rest); k > 0 && isIFS(rune(rest[k-1])) && !isWS(rune(rest[k-1])) {
+			if body := strings.TrimRightFunc(rest[:k-1], isWS); strings.IndexFunc(body, isIFS) < 0 {
+				rest = body
+			}
+		}
+		out = append(out, rest)
+	}
+	for len(out) < n {
+		out = append(out, "")
+	}
+	return out
+}
+
+// constOutput returns what a process substitution of a constant command
+// prints (<(echo /), <(printf '%s\n' a b): echo or printf of known words),
+// or nil. Its output is known before it runs, as $(echo /) is (cmdSubst).
+//
+// Anything else a process substitution runs, and a pipe into read (a
+// subshell: the variables do not outlive it), stays unknown. An unknown
+// operand is no floor: rm -rf "$tmp" with tmp from mktemp -d, or from
+// read < <(mktemp -d), is routine and needs approval only as
+// rm-recursive; so a recursive removal of a value only known at run time
+// is left to the dangerous rules rather than blocked everywhere.
+func (s *scanner) constOutput(stmts []*syntax.Stmt) *cands {
+	if len(stmts) != 1 || len(stmts[0].Redirs) > 0 || stmts[0].Background {
+		return nil
+	}
+	name, argv := s.stageCommand(stmts[0])
+	if name != "echo" && name != "printf" {
+		return nil
+	}
+	texts, ok := literalOutputs(name, argv[1:])
+	if !ok {
+		return nil
+	}
+	c := capCands(cands{vals: texts})
+	return &c
+}
+
+// wholeIndex reports whether an array index stands for the whole value
+// as berth keeps it: ${a[@]}, ${a[*]}, ${a[0]} (a variable's candidate
+// values are every element it may hold).
+func wholeIndex(x syntax.ArithmExpr) bool {
+	w, ok := x.(*syntax.Word)
+	if !ok {
+		return false
+	}
+	v := w.Lit()
+	return v == "@" || v == "*" || isDigits(v)
 }
 
 // letAssign finds the variable a let expression assigns (x=1, x+=2, x++).
