@@ -46,7 +46,7 @@ func newProcess(cp *modal.ContainerProcess, sb *modal.Sandbox, w *watcher) backe
 		cp: cp, sb: sb, w: w, out: pr, pw: pw,
 		ctx: ctx, cancel: cancel, done: make(chan struct{}),
 	}
-	p.stdin = &stdin{w: cp.Stdin, done: p.done, closed: ctx.Done(), why: p.waitErr}
+	p.stdin = newStdin(cp.Stdin, p, w.done)
 	var mu sync.Mutex // one writer into the pipe at a time
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -165,54 +165,146 @@ func (p *process) waitErr() error {
 	}
 }
 
+// exited reports whether the process has ended with an exit status the
+// router gave (not with its sandbox, nor with an unanswered Wait): its
+// router is alive and answers the stdin calls still in flight.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return p.err == nil
+	default:
+		return false
+	}
+}
+
+// ended reports whether the process has ended, however.
+func (p *process) ended() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // stdin serialises writes (the SDK's exec stdin tracks its offset without
 // a lock) and does not let a write or Close outlive its process: the SDK
 // writes to the command router with no deadline, and the router of a
 // sandbox that died may never answer. Such a write is left behind (it
 // ends when the sandbox is detached) and the caller gets the process's
 // end as its error.
+//
+// What a call reports never depends on whether the router's answer to it
+// or the exec's exit status arrives first, as a pipe's would not:
+//   - A write after the process ended is refused without being sent.
+//   - A write in flight when the process exits gets the router's answer
+//     (the router that reported the exit is alive): delivered is success,
+//     refused is the process's end. Only when the sandbox finished or the
+//     process was closed is it left behind with the process's end as its
+//     error.
+//   - Closing stdin of a process that exited (before or during the call) is
+//     success: the end of input cannot matter to it any more, just as
+//     closing a pipe whose reader is gone succeeds. The end of input is
+//     still sent, for a descendant that may hold the exec's stdin.
 type stdin struct {
 	mu     sync.Mutex
 	w      io.WriteCloser
 	done   <-chan struct{} // the process ended
 	closed <-chan struct{} // the process was closed
+	gone   <-chan struct{} // its sandbox finished
+	exited func() bool     // the process ended with a status from its router
+	ended  func() bool     // the process ended, however
 	why    func() error
 }
 
-func (s *stdin) do(f func() (int, error)) (int, error) {
-	type result struct {
-		n   int
-		err error
+// newStdin is p's stdin, writing to w (the SDK's); gone is closed when
+// p's sandbox has finished.
+func newStdin(w io.WriteCloser, p *process, gone <-chan struct{}) *stdin {
+	return &stdin{
+		w: w, done: p.done, closed: p.ctx.Done(), gone: gone,
+		exited: p.exited, ended: p.ended, why: p.waitErr,
 	}
-	ch := make(chan result, 1)
+}
+
+type stdinResult struct {
+	n   int
+	err error
+}
+
+// send runs f (one call to the router) behind the lock, in the background
+// so that the caller need not wait for an answer that may never come.
+func (s *stdin) send(f func() (int, error)) <-chan stdinResult {
+	ch := make(chan stdinResult, 1)
 	go func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		n, err := f()
-		ch <- result{n, err}
+		ch <- stdinResult{n, err}
 	}()
+	return ch
+}
+
+func (s *stdin) Write(b []byte) (int, error) {
+	if s.ended() {
+		return 0, s.why()
+	}
+	// A write left behind must not read the caller's buffer later.
+	own := append([]byte(nil), b...)
+	ch := s.send(func() (int, error) { return s.w.Write(own) })
 	select {
 	case r := <-ch:
+		if r.err != nil && s.ended() {
+			return 0, s.why()
+		}
 		return r.n, r.err
 	case <-s.done:
+		if s.exited() {
+			select {
+			case r := <-ch:
+				if r.err != nil {
+					return 0, s.why()
+				}
+				return r.n, nil
+			case <-s.gone:
+			case <-s.closed:
+			}
+		}
 	case <-s.closed:
 	}
-	// The write may have gone through just as the process ended.
+	// Left behind, unless its answer came just now.
 	select {
 	case r := <-ch:
+		if r.err != nil && s.ended() {
+			return 0, s.why()
+		}
 		return r.n, r.err
 	default:
 		return 0, s.why()
 	}
 }
 
-func (s *stdin) Write(b []byte) (int, error) {
-	// A write left behind must not read the caller's buffer later.
-	own := append([]byte(nil), b...)
-	return s.do(func() (int, error) { return s.w.Write(own) })
-}
-
 func (s *stdin) Close() error {
-	_, err := s.do(func() (int, error) { return 0, s.w.Close() })
-	return err
+	if s.ended() && !s.exited() {
+		return s.why()
+	}
+	ch := s.send(func() (int, error) { return 0, s.w.Close() })
+	select {
+	case r := <-ch:
+		if r.err != nil && s.exited() {
+			return nil
+		}
+		return r.err
+	case <-s.done:
+	case <-s.closed:
+	}
+	if s.exited() {
+		return nil
+	}
+	// Left behind, unless its answer came just now.
+	select {
+	case r := <-ch:
+		return r.err
+	default:
+		return s.why()
+	}
 }
