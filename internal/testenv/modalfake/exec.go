@@ -32,6 +32,9 @@ type execProc struct {
 	stdinMu  sync.Mutex
 	stdinOff uint64
 	stdinEOF bool
+	// hungUp is set when the exec's output has ended and the fake closed
+	// its connection to the daemon, which ends the exec's stdin too.
+	hungUp atomic.Bool
 
 	once   sync.Once
 	done   chan struct{}
@@ -215,9 +218,12 @@ func (s *Server) pump(e *execProc, outCfg pb.TaskExecStdoutConfig, errCfg pb.Tas
 	} else {
 		stdcopy.StdCopy(out, errw, e.conn.Reader)
 	}
+	// The connection goes first, so that a client that saw the output end
+	// finds the exec's stdin ended too.
+	e.hungUp.Store(true)
+	e.conn.Close()
 	e.stdout.close()
 	e.stderr.close()
-	e.conn.Close()
 	// The exit status normally arrives as an event. An exec that never
 	// started (no such binary) has none, and the event stream may have
 	// broken: ask the daemon until the exec is settled.
@@ -339,7 +345,11 @@ func (s *Server) watchEvents() error {
 }
 
 // TaskExecStdinWrite writes to an exec's stdin at an offset: bytes already
-// written (a retry) are skipped, a gap is refused; Eof closes it.
+// written (a retry) are skipped, a gap is refused; Eof closes it. Once the
+// exec's output has ended (it exited) its stdin is gone, as a pipe whose
+// reader exited: data is refused, while the end of input succeeds (there
+// is nothing left to end), whether it comes before or after the exec's
+// exit is seen.
 func (r *router) TaskExecStdinWrite(ctx context.Context, req *pb.TaskExecStdinWriteRequest) (*pb.TaskExecStdinWriteResponse, error) {
 	sb, e, err := r.s.execFor(ctx, req.GetTaskId(), req.GetExecId())
 	if err != nil {
@@ -366,16 +376,25 @@ func (r *router) TaskExecStdinWrite(ctx context.Context, req *pb.TaskExecStdinWr
 		if e.stdinEOF {
 			return nil, status.Error(codes.FailedPrecondition, "stdin is closed")
 		}
+		if e.hungUp.Load() {
+			return nil, status.Errorf(codes.FailedPrecondition, "write stdin: exec %s has exited", e.id)
+		}
 		sb.touch()
 		n, err := e.conn.Conn.Write(data)
 		e.stdinOff += uint64(n)
 		if err != nil {
+			if e.hungUp.Load() {
+				return nil, status.Errorf(codes.FailedPrecondition, "write stdin: exec %s has exited", e.id)
+			}
 			return nil, status.Errorf(codes.FailedPrecondition, "write stdin: %v", err)
 		}
 	}
 	if req.GetEof() && !e.stdinEOF {
 		e.stdinEOF = true
-		if err := e.conn.CloseWrite(); err != nil {
+		if e.hungUp.Load() {
+			return pb.TaskExecStdinWriteResponse_builder{}.Build(), nil
+		}
+		if err := e.conn.CloseWrite(); err != nil && !e.hungUp.Load() {
 			return nil, status.Errorf(codes.FailedPrecondition, "close stdin: %v", err)
 		}
 	}

@@ -192,6 +192,57 @@ func TestExecStdioExitCodesAndSignals(t *testing.T) {
 	}
 }
 
+// TestExecStdinAfterExit: once an exec has exited (its output ended), its
+// stdin is gone as a pipe's whose reader exited: data is refused, and the
+// end of input succeeds, whether it arrives before or after the exit is
+// seen. The router applies stdin in order and the exec ends only when its
+// process does: cat exits after the end of input, having echoed
+// everything.
+func TestExecStdinAfterExit(t *testing.T) {
+	srv := modalfake.Start(t)
+	sb := newSandbox(t, mustClient(t, srv), nil)
+	ctx := context.Background()
+
+	p, err := sb.Exec(ctx, []string{"sh", "-c", "exit 0"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(p.Stdout); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := p.Wait(ctx); err != nil || code != 0 {
+		t.Fatalf("wait: %d, %v", code, err)
+	}
+	if _, err := io.WriteString(p.Stdin, "x"); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("write to an exec that exited: %v, want FailedPrecondition", err)
+	}
+	if err := p.Stdin.Close(); err != nil {
+		t.Errorf("end of input to an exec that exited: %v", err)
+	}
+
+	p, err = sb.Exec(ctx, []string{"cat"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"abc", "def\n"} {
+		if _, err := io.WriteString(p.Stdin, s); err != nil {
+			t.Fatalf("write %q: %v", s, err)
+		}
+	}
+	if err := p.Stdin.Close(); err != nil {
+		t.Fatalf("end of input: %v", err)
+	}
+	if out, err := io.ReadAll(p.Stdout); err != nil || string(out) != "abcdef\n" {
+		t.Fatalf("cat echoed %q, %v", out, err)
+	}
+	if code, err := p.Wait(ctx); err != nil || code != 0 {
+		t.Fatalf("wait: %d, %v", code, err)
+	}
+	if err := p.Stdin.Close(); err != nil {
+		t.Errorf("a second end of input, after the exit: %v", err)
+	}
+}
+
 func TestExecTimeoutKillsTheProcess(t *testing.T) {
 	srv := modalfake.Start(t)
 	sb := newSandbox(t, mustClient(t, srv), nil)
