@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/a55dbaac/berth/backend"
 )
 
 // heldWriter stands for the SDK's exec stdin: each call is "sent" at once
@@ -212,5 +215,49 @@ func TestStdinSandboxGone(t *testing.T) {
 	close(r.gone)
 	if err := result(t, c); !errors.Is(err, io.ErrClosedPipe) {
 		t.Errorf("write left behind: %v, want the exit", err)
+	}
+}
+
+// TestStdinEOFAnsweredAfterExit is the race seen under load, end to end
+// on the SDK and the fake: the router answers the end of input only after
+// the exit status it caused has been answered. The helper that writes a
+// command's stdin file (/bin/sh -c 'cat >file') and a background
+// process's close (cat; echo END) must both succeed.
+func TestStdinEOFAnsweredAfterExit(t *testing.T) {
+	f := newFixture(t)
+	b := newBackend(t, f.options(t, "", nil))
+	f.srv.AnswerEOFAfterExit(true)
+	defer f.srv.AnswerEOFAfterExit(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	out, code, err := backend.Output(ctx, b, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", `umask 077 && cat >"$1"`, "berth-put", "/tmp/stdin-file"}}, strings.NewReader("data\n"), 4096)
+	if err != nil || code != 0 || len(out) != 0 {
+		t.Fatalf("writing a file through a helper's stdin: %q, %d, %v", out, code, err)
+	}
+	if got, _ := sh(t, b, "cat /tmp/stdin-file"); got != "data\n" {
+		t.Fatalf("the file holds %q", got)
+	}
+
+	p, err := b.Start(ctx, backend.ProcSpec{Argv: []string{"/bin/sh", "-c", "cat; echo END"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, s := range []string{"abc", "def\n"} {
+		if _, err := io.WriteString(p.Stdin(), s); err != nil {
+			t.Fatalf("write %q: %v", s, err)
+		}
+	}
+	outc := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(p.Stdout()); outc <- b }()
+	if err := p.Stdin().Close(); err != nil {
+		t.Fatalf("close after which the process exited 0: %v", err)
+	}
+	if code, err := p.Wait(); code != 0 || err != nil {
+		t.Fatalf("Wait: %d, %v", code, err)
+	}
+	if got := string(result(t, outc)); got != "abcdef\nEND\n" {
+		t.Fatalf("output %q", got)
 	}
 }

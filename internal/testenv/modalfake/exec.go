@@ -36,10 +36,13 @@ type execProc struct {
 	// its connection to the daemon, which ends the exec's stdin too.
 	hungUp atomic.Bool
 
-	once   sync.Once
-	done   chan struct{}
-	code   *int32
-	signal *int32
+	once sync.Once
+	done chan struct{}
+	// waited is closed once TaskExecWait has answered the exit status.
+	waited     chan struct{}
+	waitedOnce sync.Once
+	code       *int32
+	signal     *int32
 	// killed is set when the exec was still running as its sandbox
 	// finished: its end is the sandbox's, which a silent router never
 	// reports (Faults.SilentRouter).
@@ -148,7 +151,7 @@ func (r *router) TaskExecStart(ctx context.Context, req *pb.TaskExecStartRequest
 		sb.mu.Unlock()
 		return pb.TaskExecStartResponse_builder{}.Build(), nil
 	}
-	e := &execProc{id: req.GetExecId(), sb: sb, tty: tty, stdout: newOutStream(), stderr: newOutStream(), done: make(chan struct{})}
+	e := &execProc{id: req.GetExecId(), sb: sb, tty: tty, stdout: newOutStream(), stderr: newOutStream(), done: make(chan struct{}), waited: make(chan struct{})}
 	sb.execs[e.id] = e
 	sb.running++
 	cid := sb.containerID
@@ -361,6 +364,29 @@ func (r *router) TaskExecStdinWrite(ctx context.Context, req *pb.TaskExecStdinWr
 	if res := sb.finished(); res != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "task %s has already finished", sb.taskID)
 	}
+	resp, err := r.s.writeStdin(sb, e, req)
+	if err == nil && req.GetEof() {
+		r.s.mu.Lock()
+		late := r.s.lateEOF
+		r.s.mu.Unlock()
+		if late {
+			select {
+			case <-e.waited:
+			case <-ctx.Done():
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+		}
+	}
+	return resp, err
+}
+
+// writeStdin applies one TaskExecStdinWrite.
+func (s *Server) writeStdin(sb *sandbox, e *execProc, req *pb.TaskExecStdinWriteRequest) (*pb.TaskExecStdinWriteResponse, error) {
 	e.stdinMu.Lock()
 	defer e.stdinMu.Unlock()
 	data, off := req.GetData(), req.GetOffset()
@@ -464,6 +490,7 @@ func (r *router) TaskExecWait(ctx context.Context, req *pb.TaskExecWaitRequest) 
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	code, sig, _ := e.status()
+	e.waitedOnce.Do(func() { close(e.waited) })
 	return pb.TaskExecWaitResponse_builder{Code: code, Signal: sig}.Build(), nil
 }
 

@@ -159,6 +159,7 @@ type Server struct {
 	records   []Record
 	execRecs  []ExecRecord
 	stallWait bool
+	lateEOF   bool
 	calls     map[string]int
 
 	faults faults
@@ -290,6 +291,18 @@ func (s *Server) Records() []Record {
 func (s *Server) StallExecWait(on bool) {
 	s.mu.Lock()
 	s.stallWait = on
+	s.mu.Unlock()
+}
+
+// AnswerEOFAfterExit is fault injection: while on, TaskExecStdinWrite
+// applies an end of input at once but answers it only after the exec has
+// exited and TaskExecWait has answered its exit status (and a moment
+// more), as a router whose answer is slower than the exit it causes may:
+// the client hears that the process exited before it hears that its end
+// of input was delivered.
+func (s *Server) AnswerEOFAfterExit(on bool) {
+	s.mu.Lock()
+	s.lateEOF = on
 	s.mu.Unlock()
 }
 
