@@ -211,14 +211,14 @@ func TestLargeWritesOverHTTP(t *testing.T) {
 	dir := t.TempDir()
 	// 5 MiB (over the SDK's 4 MiB default body limit), with escaping.
 	content := strings.Repeat("a \"quoted\" line\twith\\escapes\n", 5<<20/30)
-	r, isErr := call(t, cs, "write_file", map[string]any{"path": dir + "/five.txt", "content": content})
+	r, isErr := callWithin(t, 5*time.Minute, cs, "write_file", map[string]any{"path": dir + "/five.txt", "content": content})
 	if isErr || r["bytes_written"] != float64(len(content)) {
 		t.Fatalf("5 MiB write: %v", r)
 	}
 	if got, _ := os.ReadFile(dir + "/five.txt"); string(got) != content {
 		t.Fatal("5 MiB write: content differs")
 	}
-	r, isErr = call(t, cs, "write_file", map[string]any{"path": dir + "/big.txt", "content": strings.Repeat("y", MaxContentBytes+1)})
+	r, isErr = callWithin(t, 5*time.Minute, cs, "write_file", map[string]any{"path": dir + "/big.txt", "content": strings.Repeat("y", MaxContentBytes+1)})
 	if !isErr || !strings.Contains(fmt.Sprint(r["error"]), "at most "+maxContentText) {
 		t.Fatalf("write over the content limit: %v", r)
 	}
@@ -231,7 +231,7 @@ func TestLargeWritesOverHTTP(t *testing.T) {
 	small := httptest.NewServer(Handler(srv, "secret", &HTTPOptions{MaxMessageBytes: 1 << 20}))
 	t.Cleanup(small.Close)
 	cs2 := httpClient(t, small.URL, "secret")
-	r, isErr = call(t, cs2, "write_file", map[string]any{"path": dir + "/two.txt", "content": strings.Repeat("z", 2<<20)})
+	r, isErr = callWithin(t, 5*time.Minute, cs2, "write_file", map[string]any{"path": dir + "/two.txt", "content": strings.Repeat("z", 2<<20)})
 	if !isErr || !strings.Contains(fmt.Sprint(r["error"]), "write_file: the request is larger than 1 MiB") {
 		t.Fatalf("write over the message limit: %v (isError %v)", r, isErr)
 	}

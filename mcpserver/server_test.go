@@ -99,7 +99,15 @@ func connect(t *testing.T, m *manager.Manager, rec *recorder) *mcp.ClientSession
 // structured content says the same.
 func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (map[string]any, bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	return callWithin(t, time.Minute, cs, name, args)
+}
+
+// callWithin is call with its own hang guard, for calls that carry
+// megabytes: under the race detector on a busy machine they take a minute
+// or more, and how long is not what the tests check.
+func callWithin(t *testing.T, guard time.Duration, cs *mcp.ClientSession, name string, args map[string]any) (map[string]any, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
 	defer cancel()
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
