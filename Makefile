@@ -15,6 +15,7 @@ deps:
 	bash scripts/ensure-docker.sh
 	bash scripts/ensure-sshd.sh
 	bash scripts/ensure-apptainer-deps.sh
+	bash scripts/ensure-k8s.sh
 
 check:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

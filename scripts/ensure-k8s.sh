@@ -80,7 +80,9 @@ pidof_() { # component -> pid when it runs
 	local f="$S/run/$1.pid" p
 	[[ -f $f ]] || return 1
 	p=$(cat "$f" 2>/dev/null) || return 1
-	[[ -n $p ]] && kill -0 "$p" 2>/dev/null && echo "$p"
+	[[ -n $p ]] && kill -0 "$p" 2>/dev/null || return 1
+	# A zombie (exited, not yet reaped) does not run.
+	[[ "$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]] && echo "$p"
 }
 running() { pidof_ "$1" >/dev/null; }
 
@@ -244,11 +246,21 @@ if [[ ! -f $CACHE/pause-image.tar ]]; then
 	rm -rf "$tmp"
 fi
 
-# The tmpfs provisioner is built from berth's own module (it uses the same
-# client-go as the backend); go's build cache makes this quick after once.
-mkdir -p "$S/bin"
-(cd "$REPO" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -o "$S/bin/k8s-tmpfs-provisioner" ./internal/testenv/k8senv/cmd/k8s-tmpfs-provisioner) ||
-	die "build the tmpfs provisioner"
+# The tmpfs provisioner (source in berth's tree, internal/testenv/k8senv)
+# is built inside the wrapper module, whose client-go is already compiled
+# with the same flags: a link, not a build. Rebuilt when its source changes.
+PROV_SRC="$REPO/internal/testenv/k8senv/cmd/k8s-tmpfs-provisioner/main.go"
+PROV="$BIN/k8s-tmpfs-provisioner"
+prov_sum=$(sha256sum "$PROV_SRC" | cut -c1-16)
+if [[ ! -x $PROV || "$(cat "$BIN/.provisioner" 2>/dev/null)" != "$prov_sum" ]]; then
+	say "building the tmpfs provisioner"
+	mkdir -p "$CACHE/build/provisioner"
+	cp "$PROV_SRC" "$CACHE/build/provisioner/main.go"
+	(cd "$CACHE/build" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOWORK=off GOTOOLCHAIN=local \
+		go build -trimpath -ldflags "-s -w" -o "$PROV.tmp" ./provisioner) || die "build the tmpfs provisioner"
+	mv -f "$PROV.tmp" "$PROV"
+	echo "$prov_sum" >"$BIN/.provisioner"
+fi
 
 # --- state, PKI, configuration ------------------------------------------
 mkdir -p "$S"/{run,log,pki,etcd,containerd,cni/net.d,kubelet,varlog,volumes,fake-sysctl,cnicache}
@@ -400,11 +412,12 @@ launch() {
 	echo $! >"$S/run/$name.pid"
 }
 
-waitfor() { # what seconds test...
+waitfor() { # component seconds test...: fails early when the component exits
 	local what=$1 secs=$2
 	shift 2
 	for _ in $(seq 1 $((secs * 10))); do
 		"$@" && return 0
+		running "$what" || { "$@" && return 0; say "$what exited"; return 1; }
 		sleep 0.1
 	done
 	return 1
@@ -426,7 +439,7 @@ fi
 waitfor etcd 30 curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" -o /dev/null ||
 	fail_with_log etcd "etcd did not become healthy"
 
-if ! running apiserver; then
+start_apiserver() {
 	say "starting kube-apiserver"
 	launch apiserver "$BIN/kube-apiserver" \
 		--etcd-servers="http://127.0.0.1:$ETCD_PORT" \
@@ -441,8 +454,14 @@ if ! running apiserver; then
 		--kubelet-preferred-address-types=InternalIP,Hostname \
 		--endpoint-reconciler-type=none \
 		--allow-privileged=true --profiling=false
+}
+running apiserver || start_apiserver
+if ! waitfor apiserver "$WAIT" api_ready; then
+	# An API server still shutting down when we looked: start it now.
+	running apiserver && fail_with_log apiserver "kube-apiserver did not become ready"
+	start_apiserver
+	waitfor apiserver "$WAIT" api_ready || fail_with_log apiserver "kube-apiserver did not become ready"
 fi
-waitfor apiserver "$WAIT" api_ready || fail_with_log apiserver "kube-apiserver did not become ready"
 
 if ! running controller-manager; then
 	say "starting kube-controller-manager"
@@ -464,6 +483,50 @@ if ! running scheduler; then
 		--bind-address=127.0.0.1 --secure-port="$SCHED_PORT" --leader-elect=false --profiling=false
 fi
 
+# --- cluster objects (before the node: the provisioner needs its RBAC) ---
+kc apply -f - >/dev/null <<EOF || die "create the storage class, runtime class and provisioner RBAC"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: berth-tmpfs
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: berth.test/tmpfs
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: berth-runc
+handler: runc
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: berth-tmpfs-provisioner
+rules:
+- apiGroups: [""]
+  resources: [persistentvolumes]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, list, watch]
+- apiGroups: [storage.k8s.io]
+  resources: [storageclasses]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: berth-tmpfs-provisioner
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: berth-tmpfs-provisioner}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: berth-tmpfs-provisioner}
+EOF
 # --- node ---------------------------------------------------------------
 node_whole() { running node && running containerd && running kubelet && running provisioner; }
 if ! node_whole; then
@@ -533,55 +596,11 @@ if ! node_whole; then
 	# a cloud controller clears it: there is none.
 	kc taint node "$NODE" node.cloudprovider.kubernetes.io/uninitialized- >/dev/null 2>&1 || true
 
-	launch provisioner nsenter --mount --target "$ns" -- "$S/bin/k8s-tmpfs-provisioner" \
+	launch provisioner nsenter --mount --target "$ns" -- "$PROV" \
 		--kubeconfig="$S/provisioner.kubeconfig" --dir="$S/volumes"
 fi
 waitfor kubelet "$WAIT" node_ready || fail_with_log kubelet "node $NODE did not become Ready"
 
-# --- cluster objects ----------------------------------------------------
-kc apply -f - >/dev/null <<EOF || die "create the storage class, runtime class and provisioner RBAC"
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata:
-  name: berth-tmpfs
-  annotations:
-    storageclass.kubernetes.io/is-default-class: "true"
-provisioner: berth.test/tmpfs
-reclaimPolicy: Delete
-volumeBindingMode: Immediate
----
-apiVersion: node.k8s.io/v1
-kind: RuntimeClass
-metadata:
-  name: berth-runc
-handler: runc
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: berth-tmpfs-provisioner
-rules:
-- apiGroups: [""]
-  resources: [persistentvolumes]
-  verbs: [get, list, watch, create, delete]
-- apiGroups: [""]
-  resources: [persistentvolumeclaims]
-  verbs: [get, list, watch]
-- apiGroups: [storage.k8s.io]
-  resources: [storageclasses]
-  verbs: [get, list, watch]
-- apiGroups: [""]
-  resources: [events]
-  verbs: [create, patch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: berth-tmpfs-provisioner
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: berth-tmpfs-provisioner}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: berth-tmpfs-provisioner}
-EOF
 waitfor controller-manager 60 kc get serviceaccount default -n default -o name >/dev/null 2>&1 ||
 	fail_with_log controller-manager "the default service account did not appear"
 
