@@ -13,6 +13,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -20,8 +21,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,6 +37,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/a55dbaac/berth/internal/procmark"
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 )
 
@@ -258,23 +262,31 @@ func ociLayout(name string, rootfs []byte) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// RestartAPIServer stops the API server (by its pid file) and starts it
-// again with scripts/ensure-k8s.sh, which restarts only what is down; it
-// returns once the API server answers again.
+// RestartAPIServer stops the API server (by its pid file: SIGTERM, and
+// SIGKILL if it has not exited after 10 s: its graceful shutdown can wait
+// a minute for requests in flight) and starts it again with
+// scripts/ensure-k8s.sh, which restarts only what is down; it returns once
+// the API server answers again.
 func (c *Cluster) RestartAPIServer(t testing.TB) {
 	t.Helper()
-	pidFile := filepath.Join(c.State, "run", "apiserver.pid")
-	b, err := os.ReadFile(pidFile)
+	b, err := os.ReadFile(filepath.Join(c.State, "run", "apiserver.pid"))
 	if err != nil {
 		t.Fatalf("k8senv: %v", err)
 	}
-	pid := strings.TrimSpace(string(b))
-	if out, err := exec.Command("kill", pid).CombinedOutput(); err != nil {
-		t.Fatalf("k8senv: kill the API server (pid %s): %v %s", pid, err, out)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("k8senv: apiserver.pid: %v", err)
 	}
-	for i := 0; i < 200; i++ {
-		if _, err := os.Stat("/proc/" + pid); err != nil {
-			break
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatalf("k8senv: stop the API server (pid %d): %v", pid, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for procmark.Of(pid) != "" { // runs (a zombie does not)
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			t.Fatalf("k8senv: the API server (pid %d) does not exit", pid)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -323,7 +335,10 @@ func (c *Cluster) UserKubeconfig(t testing.TB, ns string, rules []rbacv1.PolicyR
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	const name = "berth-user"
+	// A name of its own per call: a test may make several users.
+	var rnd [3]byte
+	_, _ = rand.Read(rnd[:])
+	name := fmt.Sprintf("berth-user-%x", rnd)
 	if _, err := c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("k8senv: create service account: %v", err)
 	}
