@@ -59,6 +59,9 @@ func (h debugHandler) Enabled(ctx context.Context, _ slog.Level) bool {
 }
 
 func (h debugHandler) Handle(ctx context.Context, r slog.Record) error {
+	if !h.Handler.Enabled(ctx, slog.LevelDebug) {
+		return nil // logr passes errors on without asking Enabled
+	}
 	r.Level = slog.LevelDebug
 	return h.Handler.Handle(ctx, r)
 }

@@ -89,15 +89,20 @@ type Backend struct {
 	c     *cluster
 	log   *slog.Logger
 	nonce string // random part of this Backend's holder annotation
-	// protocol forces one exec transport ("" = WebSocket, else SPDY);
-	// tests set it.
-	protocol string
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// protocol forces one exec transport ("" = WebSocket with the SPDY
+	// fallback); tests set it with setProtocol.
+	protocol  string
 	uid       types.UID // the current pod's
 	closed    bool
 	recreated bool
 	held      bool // this Backend's holder annotation is on the pod
+	// The spare exec (spare.go): ready, or being started (closed when
+	// done), and the pod it runs in.
+	spare        *process
+	sparePending chan struct{}
+	spareUID     types.UID
 }
 
 // Interface checks.
@@ -121,7 +126,8 @@ func logger(opts backend.Options) *slog.Logger {
 
 // New loads the client configuration, sweeps what crashed berths left in
 // the namespace (once per process), and finds the key's pod — reattaching
-// to it — or creates it, waiting until its container runs.
+// to it — or creates it, waiting until its container runs and a first
+// exec stream (the spare, see spare.go) is open in it.
 //
 // A cluster that cannot be reached gives a *backend.UnreachableError; an
 // image that cannot be pulled an *ImageError.
@@ -141,6 +147,10 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		return nil, err
 	}
 	b.uid = uid
+	// The environment is ready once an exec stream runs in the pod: the
+	// session's shell starts on that spare without another round trip.
+	b.refill()
+	b.awaitSpare(ctx)
 	return b, nil
 }
 
@@ -228,7 +238,7 @@ func (b *Backend) start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 			return nil, err
 		}
 	}
-	p, err := b.exec(ctx, name, spec)
+	p, err := b.startProcess(ctx, name, uid, spec)
 	if err == nil {
 		return p, nil
 	}
@@ -246,7 +256,7 @@ func (b *Backend) start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 			if _, err := b.recover(ctx, uid); err != nil {
 				return nil, err
 			}
-			if p, err = b.exec(ctx, name, spec); err == nil {
+			if p, err = b.startProcess(ctx, name, b.PodUID(), spec); err == nil {
 				return p, nil
 			}
 			break
@@ -268,7 +278,7 @@ func (b *Backend) start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 func containerStopped(err error) bool {
 	m := strings.ToLower(err.Error())
 	for _, s := range []string{"container_exited", "not running", "container not found", "stopped state",
-		"completed pod", "is terminated", "no such container"} {
+		"completed pod", "is terminated", "no such container", "failed to exec in container", "failed to create exec"} {
 		if strings.Contains(m, s) {
 			return true
 		}
@@ -310,6 +320,7 @@ func (b *Backend) recover(ctx context.Context, uid types.UID) (types.UID, error)
 	if b.uid == uid {
 		b.log.Warn("kubernetes: the pod is gone or ended; replacing it", "pod", PodName(b.set.Key))
 		b.held = false
+		b.dropSpare()
 		nuid, err := b.ensure(ctx)
 		if err != nil {
 			return "", fmt.Errorf("kubernetes: replace pod %s: %w", PodName(b.set.Key), err)
@@ -323,11 +334,14 @@ func (b *Backend) recover(ctx context.Context, uid types.UID) (types.UID, error)
 // closeTimeout bounds Close when its context has no deadline.
 const closeTimeout = 60 * time.Second
 
-// Close ends the environment: the pod is deleted and, once it is gone, the
-// network policy; a persistent environment's volume claim is kept (noted
-// with the time, for berth env prune). When this berth only holds a pod
-// another berth created, it is deleted all the same, as the docker backend
-// stops a container it reattached to. It is idempotent.
+// Close ends the environment: the pod is deleted (its processes get the
+// kubelet's SIGTERM at once and SIGKILL a second later; Close does not
+// wait for that), with its network policy; a persistent environment's
+// volume claim is kept (noted with the time, for berth env prune), and the
+// next berth for the key waits for the old pod to be gone before it mounts
+// the claim again. When this berth only holds a pod another berth created,
+// the pod is deleted all the same, as the docker backend stops a
+// container it reattached to. It is idempotent.
 func (b *Backend) Close(ctx context.Context) error {
 	b.mu.Lock()
 	if b.closed {
@@ -335,19 +349,30 @@ func (b *Backend) Close(ctx context.Context) error {
 		return nil
 	}
 	b.closed = true
+	b.dropSpare()
 	b.mu.Unlock()
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, closeTimeout)
 		defer cancel()
 	}
-	if err := removeEnv(ctx, b.c, b.set.Key, !b.set.Network, false); err != nil {
-		return err
+	name := PodName(b.set.Key)
+	grace := int64(1)
+	var errs []error
+	err := b.c.cs.CoreV1().Pods(b.c.namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	if err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, b.c.wrap(err, "delete pod %s", name))
+	}
+	if !b.set.Network {
+		err := b.c.cs.NetworkingV1().NetworkPolicies(b.c.namespace).Delete(ctx, policyName(name), metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, b.c.wrap(err, "delete network policy %s", policyName(name)))
+		}
 	}
 	if b.set.Persistent {
-		markReleased(ctx, b.c, claimName(PodName(b.set.Key)))
+		markReleased(ctx, b.c, claimName(name))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // checkLimits warns when the pod that runs does not carry the limits berth
