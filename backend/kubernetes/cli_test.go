@@ -90,6 +90,7 @@ func (c cli) run(t *testing.T, stdin string, args ...string) (string, string, in
 // berth env ls/rm and berth doctor.
 func TestCLI(t *testing.T) {
 	cl := k8sCluster(t)
+	t.Parallel()
 	c := cli{bin: berthBin(t), home: t.TempDir(), kubeconfig: cl.Kubeconfig, image: cl.Image(t)}
 	key := testKey(t)
 	t.Cleanup(func() {
@@ -125,16 +126,30 @@ func TestCLI(t *testing.T) {
 	}
 	c.run(t, "", "daemon", "stop")
 
-	out, _, code = c.run(t, "", "env", "ls")
-	if code != 0 || !strings.Contains(out, key) {
-		t.Errorf("berth env ls: exit %d, %q lacks %s", code, out, key)
+	// env ls asks every backend; those with no credentials or binary on
+	// this machine (daytona, singularity) make it exit 1: only kubernetes'
+	// part matters here.
+	out, errs, _ = c.run(t, "", "env", "ls")
+	if !strings.Contains(out, key) || strings.Contains(errs, "kubernetes") {
+		t.Errorf("berth env ls: %q lacks %s, or kubernetes failed: %s", out, key, errs)
 	}
 	if _, errs, code := c.run(t, "", "env", "rm", "--backend", "kubernetes", key); code != 0 {
 		t.Errorf("berth env rm: exit %d %s", code, errs)
 	}
-	ctx := context.Background()
-	if _, err := cl.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, claimName(PodName(key)), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("volume claim after berth env rm: %v", err)
+	// The claim is deleted; the controller manager's pvc-protection
+	// removes it once no pod uses it (the pod is gone when env rm returns).
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		pvc, err := cl.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, claimName(PodName(key)), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if err != nil || pvc.DeletionTimestamp == nil || ctx.Err() != nil {
+			t.Errorf("volume claim after berth env rm: %v (being deleted: %v)", err, err == nil && pvc.DeletionTimestamp != nil)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	out, errs, code = c.run(t, "", "doctor")
 	if !strings.Contains(out+errs, "Kubernetes v1.32.0") {

@@ -53,8 +53,10 @@ func testKey(t testing.TB) string {
 }
 
 // options builds backend options for a fresh key in the fixture's
-// namespace: the test image, small resources (several test pods share the
-// 2-core node), no persistence, and KUBECONFIG as the only variable.
+// namespace: the test image, small memory and disk (several test pods
+// share the node), no CPU limit (a CFS quota on a loaded 2-core machine
+// stretches a shell start past the suite's interrupt and timeout bounds;
+// PodSpec sets one), no persistence, and KUBECONFIG as the only variable.
 func (f *fixture) options(t testing.TB, mutate func(*config.Terminal)) backend.Options {
 	t.Helper()
 	cfg := config.Default().Terminal
@@ -63,7 +65,7 @@ func (f *fixture) options(t testing.TB, mutate func(*config.Terminal)) backend.O
 	mustSet(&cfg, keyNamespace, f.ns)
 	mustSet(&cfg, keyStartTimeout, 60)
 	cfg.ContainerPersistent = false
-	cfg.ContainerCPU = 0.25
+	cfg.ContainerCPU = 0
 	cfg.ContainerMemory = 256
 	cfg.ContainerDisk = 1024
 	if mutate != nil {
@@ -155,6 +157,22 @@ func writeFile(t testing.TB, path, content string) {
 	}
 }
 
+// deletePod removes b's pod from outside with del (a delete, an
+// eviction) and waits until the kubelet has stopped it and it is gone, as
+// `kubectl delete` does.
+func (f *fixture) deletePod(t testing.TB, b *Backend, del func() error) {
+	t.Helper()
+	uid := b.PodUID()
+	if err := del(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := waitPodGone(ctx, b.c, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: b.PodName(), UID: uid}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitTimeout waits for p, failing the test after d.
 func waitTimeout(t testing.TB, p backend.Process, d time.Duration) (int, error) {
 	t.Helper()
@@ -185,4 +203,69 @@ func readAll(t testing.TB, r io.Reader, d time.Duration) string {
 		t.Fatalf("output did not end within %v", d)
 	}
 	return ""
+}
+
+// prefetch returns a factory of throwaway backends (the fixture's default
+// options, then prep when not nil) that builds each one while the test
+// before it runs: a pod takes seconds to start, most of it waiting on the
+// kubelet, and the conformance suite wants a fresh one for each of its
+// many tests. One backend is built ahead at most; what is left when t
+// ends is closed.
+func (f *fixture) prefetch(t *testing.T, prep func(*Backend)) func(testing.TB) backend.Backend {
+	template := f.options(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	type built struct {
+		b   *Backend
+		err error
+	}
+	next := make(chan built)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for ctx.Err() == nil {
+			opts := template
+			var r [4]byte
+			_, _ = rand.Read(r[:])
+			opts.Key = "t-pool-" + hex.EncodeToString(r[:])
+			nctx, ncancel := context.WithTimeout(ctx, 90*time.Second)
+			b, err := New(nctx, opts)
+			ncancel()
+			if err == nil && prep != nil {
+				prep(b)
+			}
+			select {
+			case next <- built{b, err}:
+			case <-ctx.Done():
+				if b != nil {
+					cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
+					b.Close(cctx)
+					ccancel()
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-stopped
+	})
+	return func(t testing.TB) backend.Backend {
+		t.Helper()
+		var r built
+		select {
+		case r = <-next:
+		case <-time.After(3 * time.Minute):
+			t.Fatal("no backend was built within 3 minutes")
+		}
+		if r.err != nil {
+			t.Fatalf("New: %v", r.err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if err := r.b.Close(ctx); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+		return r.b
+	}
 }
