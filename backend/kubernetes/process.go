@@ -296,7 +296,7 @@ func (p *process) await(ctx context.Context, ch chan struct{}) error {
 }
 
 // use gives a spare its process: it writes the description and returns
-// once the process runs. On error the spare is closed.
+// once the exec's transport has taken it. On error the spare is closed.
 func (p *process) use(ctx context.Context, spec backend.ProcSpec) error {
 	werr := make(chan error, 1)
 	go func() {
@@ -316,10 +316,12 @@ func (p *process) use(ctx context.Context, spec backend.ProcSpec) error {
 		p.Close()
 		return ctx.Err()
 	}
-	if err := p.await(ctx, p.started); err != nil {
-		p.Close()
-		return err
-	}
+	// The wrapper runs and the transport took the description: the
+	// process starts without another round trip, and what the caller
+	// writes next is its stdin. Not waiting for the wrapper's "S" saves
+	// a round trip through the API server on every session shell and
+	// kill; a process that cannot start (a cd that fails) reports it as
+	// its exit status.
 	return nil
 }
 
