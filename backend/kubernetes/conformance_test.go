@@ -74,9 +74,12 @@ func TestClusterWide(t *testing.T) {
 		name string
 		fn   func(*testing.T, *fixture)
 	}{
-		{"APIServerRestart", testAPIServerRestart},
+		// The scheduler takes a while to watch again after the API
+		// server restarted: the test that waits for its verdict comes
+		// first.
 		{"TolerationsAndNodeSelector", testTolerationsAndNodeSelector},
 		{"CrashSweep", testCrashSweep},
+		{"APIServerRestart", testAPIServerRestart},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, f) })
 	}

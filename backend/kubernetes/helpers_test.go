@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -206,11 +207,11 @@ func readAll(t testing.TB, r io.Reader, d time.Duration) string {
 }
 
 // prefetch returns a factory of throwaway backends (the fixture's default
-// options, then prep when not nil) that builds each one while the test
-// before it runs: a pod takes seconds to start, most of it waiting on the
-// kubelet, and the conformance suite wants a fresh one for each of its
-// many tests. One backend is built ahead at most; what is left when t
-// ends is closed.
+// options, then prep when not nil) that builds them while the tests before
+// run: a pod takes seconds to start, much of it waiting on the kubelet
+// (its 1 s relist), and the conformance suite wants a fresh one for each
+// of its many short tests. Two are built ahead at most; what is left when
+// t ends is closed.
 func (f *fixture) prefetch(t *testing.T, prep func(*Backend)) func(testing.TB) backend.Backend {
 	template := f.options(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -218,10 +219,12 @@ func (f *fixture) prefetch(t *testing.T, prep func(*Backend)) func(testing.TB) b
 		b   *Backend
 		err error
 	}
+	const ahead = 2
 	next := make(chan built)
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
+	var builders sync.WaitGroup
+	builders.Add(ahead)
+	build := func() {
+		defer builders.Done()
 		for ctx.Err() == nil {
 			opts := template
 			var r [4]byte
@@ -243,10 +246,13 @@ func (f *fixture) prefetch(t *testing.T, prep func(*Backend)) func(testing.TB) b
 				}
 			}
 		}
-	}()
+	}
+	for range ahead {
+		go build()
+	}
 	t.Cleanup(func() {
 		cancel()
-		<-stopped
+		builders.Wait()
 	})
 	return func(t testing.TB) backend.Backend {
 		t.Helper()

@@ -22,6 +22,7 @@ import (
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/files"
 	"github.com/a55dbaac/berth/internal/procmark"
+	"github.com/a55dbaac/berth/session"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -276,16 +277,44 @@ func testRecreateAfterPodFailed(t *testing.T, f *fixture) {
 	}
 }
 
-// An exec stream broken by an API server restart: the next command runs
-// in a new shell with the cwd and exported variables restored, in the same
-// pod (nothing was recreated).
+// An exec stream broken by an API server restart: the command that was
+// running reports the shell lost (its outcome unknown — never a made-up
+// exit status: a stream that ends without the wrapper's status is an
+// error, kubernetes#137404), and the next command runs in a new shell
+// with the cwd and exported variables restored, in the same pod (nothing
+// was recreated).
 func testAPIServerRestart(t *testing.T, f *fixture) {
 	b := newBackend(t, f.options(t, nil))
 	e := newEnv(t, b)
 	mustRun(t, e, terminal.Request{Command: "cd /tmp && export A=1 && echo pod-file > /root/f"})
 	uid := b.PodUID()
+	inflight := make(chan terminal.Result, 1)
+	go func() {
+		inflight <- e.Run(context.Background(), terminal.Request{Command: "touch /tmp/running; sleep 120; echo finished", Timeout: 300})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		if _, code := run(t, b, "test -e /tmp/running"); code == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the command did not start within 60 s")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	f.cl.RestartAPIServer(t)
-	r := mustRun(t, e, terminal.Request{Command: "echo $A; pwd; cat /root/f"})
+	var r terminal.Result
+	select {
+	case r = <-inflight:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the command running across the API server restart did not end within 90 s")
+	}
+	if !errors.Is(r.Err, session.ErrShellLost) || strings.Contains(r.Output, "finished") {
+		t.Errorf("the command running across the restart: exit %d output %q err %v, want the shell reported lost", r.ExitCode, r.Output, r.Err)
+	}
+	r = mustRun(t, e, terminal.Request{Command: "echo $A; pwd; cat /root/f"})
 	if r.Output != "1\n/tmp\npod-file" || r.EnvironmentRecreated {
 		t.Errorf("after the API server restarted: %q recreated %v, want the state restored in the same pod", r.Output, r.EnvironmentRecreated)
 	}
@@ -378,7 +407,7 @@ func testNetworkPolicy(t *testing.T, f *fixture) {
 func testUnschedulable(t *testing.T, f *fixture) {
 	opts := f.options(t, func(c *config.Terminal) {
 		mustSet(c, keyNodeSelector, map[string]string{"berth-test/pool": "none"})
-		mustSet(c, keyStartTimeout, 3)
+		mustSet(c, keyStartTimeout, 10)
 	})
 	_, err := New(context.Background(), opts)
 	if err == nil || !strings.Contains(err.Error(), "could not be scheduled") || !strings.Contains(err.Error(), "node") {
@@ -421,7 +450,7 @@ func testTolerationsAndNodeSelector(t *testing.T, f *fixture) {
 			t.Errorf("remove the test taint: %v", err)
 		}
 	})
-	_, err = New(ctx, f.options(t, func(c *config.Terminal) { mustSet(c, keyStartTimeout, 3) }))
+	_, err = New(ctx, f.options(t, func(c *config.Terminal) { mustSet(c, keyStartTimeout, 10) }))
 	if err == nil || !strings.Contains(err.Error(), "untolerated taint") {
 		t.Errorf("New on a tainted node = %v, want the taint as the reason", err)
 	}
