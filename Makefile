@@ -1,8 +1,10 @@
 # berth — build and test.
 #
 #   make test   installs what the tests need (Debian: docker.io + a running
-#               dockerd, openssh-server, busybox-static, nodejs + npm), then
-#               runs gofmt, go vet and every test with the race detector.
+#               dockerd, openssh-server, busybox-static, nodejs + npm, and a
+#               single-node Kubernetes v1.32.0 built once from the Go module
+#               proxy and cached in /var/cache/berth-k8s), then runs gofmt,
+#               go vet and every test with the race detector.
 
 GO ?= go
 
@@ -16,6 +18,7 @@ deps:
 	bash scripts/ensure-sshd.sh
 	bash scripts/ensure-apptainer-deps.sh
 	sh scripts/ensure-node.sh
+	bash scripts/ensure-k8s.sh
 
 check:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

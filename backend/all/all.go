@@ -11,6 +11,7 @@ import (
 	// The built-in backends register themselves in their init functions.
 	_ "github.com/a55dbaac/berth/backend/daytona"
 	_ "github.com/a55dbaac/berth/backend/docker"
+	_ "github.com/a55dbaac/berth/backend/kubernetes"
 	_ "github.com/a55dbaac/berth/backend/local"
 	_ "github.com/a55dbaac/berth/backend/modal"
 	_ "github.com/a55dbaac/berth/backend/singularity"
