@@ -4,36 +4,9 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-)
 
-// splitLikeOldDaemon splits a command line as Daytona's daemon did before
-// it ran execute through a shell (apps/daemon/pkg/toolbox/process/
-// execute.go, parseCommand): on spaces outside quotes, quotes dropped,
-// empty words dropped, nothing else special.
-func splitLikeOldDaemon(cmd string) []string {
-	var args []string
-	var cur strings.Builder
-	var quote rune
-	for _, r := range cmd {
-		switch {
-		case (r == '"' || r == '\'') && quote == 0:
-			quote = r
-		case r == quote:
-			quote = 0
-		case r == ' ' && quote == 0:
-			if cur.Len() > 0 {
-				args = append(args, cur.String())
-			}
-			cur.Reset()
-		default:
-			cur.WriteRune(r)
-		}
-	}
-	if cur.Len() > 0 {
-		args = append(args, cur.String())
-	}
-	return args
-}
+	"github.com/a55dbaac/berth/internal/testenv/daytonafake"
+)
 
 // TestExecLineMeansTheSameToEveryDaemon runs execLine's command line both
 // ways Daytona's daemons have run it — split into argv without a shell,
@@ -58,7 +31,7 @@ func TestExecLineMeansTheSameToEveryDaemon(t *testing.T) {
 			t.Errorf("%s: %v\n got %q\nwant %q", how, err, out, want.String())
 		}
 	}
-	words := splitLikeOldDaemon(line)
+	words := daytonafake.ParseCommand(line) // as the daemon splits it without a shell
 	check("split without a shell", exec.Command(words[0], words[1:]...))
 	for _, sh := range []string{"sh", "dash", "bash", "zsh", "busybox"} {
 		path, err := exec.LookPath(sh)

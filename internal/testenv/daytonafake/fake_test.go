@@ -597,9 +597,9 @@ func TestParseCommand(t *testing.T) {
 		`a "" b`:             {"a", "b"},
 		`printf '%s\n' it's`: {"printf", `%s\n`, "its"},
 	} {
-		got := parseCommand(in)
+		got := ParseCommand(in)
 		if strings.Join(got, "|") != strings.Join(want, "|") || len(got) != len(want) {
-			t.Errorf("parseCommand(%q) = %q, want %q", in, got, want)
+			t.Errorf("ParseCommand(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

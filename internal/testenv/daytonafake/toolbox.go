@@ -184,10 +184,11 @@ func (sb *sandbox) killTree(ctx context.Context, pid int, sig string) {
 	}
 }
 
-// parseCommand splits a command line as Daytona's daemon does: on spaces
-// outside quotes, with quotes removed, empty words dropped, and no other
-// shell syntax.
-func parseCommand(cmd string) []string {
+// ParseCommand splits a command line as Daytona's daemon does when it runs
+// /process/execute without a shell (apps/daemon/pkg/toolbox/process/
+// execute.go, parseCommand): on spaces outside quotes, with quotes
+// removed, empty words dropped, and no other shell syntax.
+func ParseCommand(cmd string) []string {
 	var args []string
 	var cur strings.Builder
 	var quote rune
@@ -262,7 +263,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 		// user's shell reading the command from stdin.
 		wrapped, stdin = []string{"/bin/sh", "-c", execShellWrapper}, strings.NewReader(req.Command)
 	} else {
-		argv := parseCommand(req.Command)
+		argv := ParseCommand(req.Command)
 		if len(argv) == 0 {
 			toolboxError(w, r, http.StatusBadRequest, toolbox.DAEMONERRORCODE_CodeBadRequest, "empty command")
 			return
