@@ -32,6 +32,15 @@ type Options struct {
 	Progress func(Event)
 }
 
+// Log is the logger the backend reports to: Logger, or slog.Default()
+// when none was given.
+func (o Options) Log() *slog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return slog.Default()
+}
+
 // Factory creates a backend for one environment key.
 type Factory func(ctx context.Context, opts Options) (Backend, error)
 

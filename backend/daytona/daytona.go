@@ -154,10 +154,7 @@ func (b *Backend) Isolation() backend.Isolation { return backend.IsolationImage 
 // rejected key (*AuthError) and an unreachable API (*backend.UnreachableError)
 // are errors that name the variable to fix.
 func New(ctx context.Context, opts backend.Options) (*Backend, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := opts.Log()
 	creds, err := loadCredentials(opts.Getenv)
 	if err != nil {
 		return nil, err

@@ -131,13 +131,6 @@ func (b *Backend) cleanUpOnce(ctx context.Context, lifetimeSeconds int) {
 }
 
 // logger is the options' logger, else slog's default.
-func logger(opts backend.Options) *slog.Logger {
-	if opts.Logger != nil {
-		return opts.Logger
-	}
-	return slog.Default()
-}
-
 // New connects to the daemon (DOCKER_HOST or /var/run/docker.sock), removes
 // orphaned containers of earlier crashed runs, makes sure the image exists
 // locally (pulling it once if not), and creates — or finds by its labels and
@@ -158,7 +151,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		host:       daemonHost(opts.Getenv),
 		spec:       sp,
 		sessionEnv: forwardEnv(opts.Config.DockerForwardEnv, opts.Getenv),
-		log:        logger(opts).With("backend", Name, "key", sp.Key),
+		log:        opts.Log().With("backend", Name, "key", sp.Key),
 		diskOK:     true,
 		copyMin:    copyMinSize,
 		nonce:      newNonce(),

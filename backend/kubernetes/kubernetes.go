@@ -117,13 +117,6 @@ var (
 // (berth mounts only its own volumes: an emptyDir, a claim, /dev/shm).
 func (b *Backend) Isolation() backend.Isolation { return backend.IsolationImage }
 
-func logger(opts backend.Options) *slog.Logger {
-	if opts.Logger != nil {
-		return opts.Logger
-	}
-	return slog.Default()
-}
-
 // New loads the client configuration, sweeps what crashed berths left in
 // the namespace (once per process), and finds the key's pod — reattaching
 // to it — or creates it, waiting until its container runs and a first
@@ -140,7 +133,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{set: s, c: c, log: logger(opts).With("backend", Name, "key", s.Key), nonce: newNonce()}
+	b := &Backend{set: s, c: c, log: opts.Log().With("backend", Name, "key", s.Key), nonce: newNonce()}
 	b.cleanUpOnce(ctx, opts.Config.LifetimeSeconds)
 	uid, err := b.ensure(ctx)
 	if err != nil {

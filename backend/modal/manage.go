@@ -28,7 +28,7 @@ func connect(ctx context.Context, opts backend.Options) (*modal.Client, credenti
 	if err != nil {
 		return nil, cred, err
 	}
-	c, err := newClient(ctx, cred, logger(opts).With("backend", Name), retryPolicyOf(opts.Config.Int(keyRetryTimeout)))
+	c, err := newClient(ctx, cred, opts.Log().With("backend", Name), retryPolicyOf(opts.Config.Int(keyRetryTimeout)))
 	return c, cred, err
 }
 
@@ -266,7 +266,7 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 	if err != nil {
 		return backend.Fingerprint{Summary: err.Error(), Fix: fixHint}
 	}
-	c, err := newClient(ctx, cred, logger(opts).With("backend", Name), set.Retry)
+	c, err := newClient(ctx, cred, opts.Log().With("backend", Name), set.Retry)
 	if err != nil {
 		fix := fixHint
 		if _, ok := err.(*backend.UnreachableError); ok {

@@ -140,13 +140,6 @@ var (
 func (b *Backend) Isolation() backend.Isolation { return backend.IsolationImage }
 
 // logger is the options' logger, else slog's default.
-func logger(opts backend.Options) *slog.Logger {
-	if opts.Logger != nil {
-		return opts.Logger
-	}
-	return slog.Default()
-}
-
 // getenv is the options' lookup, else the process environment.
 func getenv(opts backend.Options) func(string) string {
 	if opts.Getenv != nil {
@@ -167,7 +160,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := logger(opts).With("backend", Name, "key", set.Key)
+	log := opts.Log().With("backend", Name, "key", set.Key)
 	client, err := newClient(ctx, cred, log, set.Retry)
 	if err != nil {
 		return nil, err

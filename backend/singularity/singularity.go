@@ -162,13 +162,6 @@ var (
 	_ backend.SessionEnver = (*Backend)(nil)
 )
 
-func logger(opts backend.Options) *slog.Logger {
-	if opts.Logger != nil {
-		return opts.Logger
-	}
-	return slog.Default()
-}
-
 // New finds the Apptainer executable, resolves the image (building a
 // reference once into the SIF cache), cleans up after crashed berths once
 // per process, and reattaches to or starts the instance of opts.Key.
@@ -188,7 +181,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		set:        s,
 		cli:        &cli{bin: bin},
 		sessionEnv: forwardEnv(s.forward, s.getenv),
-		log:        logger(opts).With("backend", Name, "key", s.key),
+		log:        opts.Log().With("backend", Name, "key", s.key),
 	}
 	if _, err := b.cli.version(ctx); err != nil {
 		return nil, &backend.UnreachableError{Backend: Name, Target: bin, Hint: "the executable does not run `version`", Err: err}

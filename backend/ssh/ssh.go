@@ -124,10 +124,7 @@ var (
 // It does not connect; the first Start does. Missing ssh_host or ssh_user is
 // a *ConfigError naming the setting.
 func New(ctx context.Context, opts backend.Options) (*Backend, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := opts.Log()
 	log = log.With("backend", Name)
 	t, err := resolveTarget(opts, log)
 	if err != nil {
