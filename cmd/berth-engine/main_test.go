@@ -97,7 +97,10 @@ func TestExecExitCodeAndOutput(t *testing.T) {
 
 func TestExecTimeoutLeavesNothing(t *testing.T) {
 	start := time.Now()
-	out, _, code, _ := berth(t, "", "exec", "--timeout", "2", "--", "sleep 1234 & sleep 1234")
+	// A sleep argument of its own: other packages' tests run sleeps too, and
+	// a container's processes show in this host's /proc.
+	arg := uniqueArg(1234)
+	out, _, code, _ := berth(t, "", "exec", "--timeout", "2", "--", "sleep "+arg+" & sleep "+arg)
 	// A hang guard, not a speed check: the sleeps run for 20 minutes.
 	if d := time.Since(start); d > 45*time.Second {
 		t.Errorf("took %v: the timeout waited for the command", d)
@@ -105,8 +108,8 @@ func TestExecTimeoutLeavesNothing(t *testing.T) {
 	if code != 124 || !strings.Contains(out, "[Command timed out after 2s]") {
 		t.Fatalf("got %q exit %d, want the timeout marker and 124", out, code)
 	}
-	if n := countHostProcs("sleep\x001234"); n != 0 {
-		t.Fatalf("%d 'sleep 1234' processes left running", n)
+	if n := countHostProcs("sleep\x00" + arg); n != 0 {
+		t.Fatalf("%d 'sleep %s' processes left running", n, arg)
 	}
 }
 
@@ -257,16 +260,17 @@ func TestDoctorLocal(t *testing.T) {
 }
 
 func TestShellBackgroundMetaAndNoOrphansOnExit(t *testing.T) {
-	out, errs, code, _ := berth(t, ":bg sleep 1236\n:bg echo hi\n:ps\n", "shell", "--json")
+	arg := uniqueArg(1236)
+	out, errs, code, _ := berth(t, ":bg sleep "+arg+"\n:bg echo hi\n:ps\n", "shell", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], `"session_id":"proc_`) || !strings.Contains(lines[2], `"command":"sleep 1236"`) {
+	if len(lines) != 3 || !strings.Contains(lines[0], `"session_id":"proc_`) || !strings.Contains(lines[2], `"command":"sleep `+arg+`"`) {
 		t.Fatalf("meta commands: %q", out)
 	}
-	if n := countHostProcs("sleep\x001236"); n != 0 {
-		t.Fatalf("%d background 'sleep 1236' left running after berth shell ended", n)
+	if n := countHostProcs("sleep\x00" + arg); n != 0 {
+		t.Fatalf("%d background 'sleep %s' left running after berth shell ended", n, arg)
 	}
 }
 
@@ -284,7 +288,8 @@ func TestShellSIGTERMCleansUp(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	stdin.Write([]byte(":bg sleep 1237\n"))
+	arg := uniqueArg(1237)
+	stdin.Write([]byte(":bg sleep " + arg + "\n"))
 	buf := make([]byte, 4096)
 	if n, err := stdout.Read(buf); err != nil || !strings.Contains(string(buf[:n]), "proc_") {
 		t.Fatalf("background start: %q %v", buf[:n], err)
@@ -298,8 +303,8 @@ func TestShellSIGTERMCleansUp(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatal("berth shell did not exit within 20 s of SIGTERM")
 	}
-	if n := countHostProcs("sleep\x001237"); n != 0 {
-		t.Fatalf("%d 'sleep 1237' left running after SIGTERM", n)
+	if n := countHostProcs("sleep\x00" + arg); n != 0 {
+		t.Fatalf("%d 'sleep %s' left running after SIGTERM", n, arg)
 	}
 }
 
