@@ -444,10 +444,30 @@ func whenRunning(e *terminal.Environment, arg string, f func()) {
 // for many minutes, and a loaded machine must never trip it.
 const hangGuard = 45 * time.Second
 
-func countProcs(needle string) string {
-	half := len(needle) / 2
-	return fmt.Sprintf(`n=0; for f in /proc/[0-9]*/cmdline; do c=$(tr '\000' ' ' 2>/dev/null <"$f"); case "$c" in *"%s""%s"*) n=$((n+1));; esac; done; echo $n`,
-		needle[:half], needle[half:])
+// grepArg returns a command listing the /proc/PID/cmdline files of the
+// live processes with an argument that contains arg (exact: that is arg).
+// It is one grep however many processes the machine runs (a loop forking
+// tr per process took over a minute on a loaded host), and the needle
+// reaches grep on its stdin, split in two in the command text, so neither
+// grep's nor the calling shell's command line counts.
+func grepArg(arg string, exact bool) string {
+	flags := "-lszF"
+	if exact {
+		flags = "-lszxF"
+	}
+	half := len(arg) / 2
+	return fmt.Sprintf(`printf '%%s%%s\n' '%s' '%s' | grep %s -f /dev/stdin /proc/[0-9]*/cmdline`, arg[:half], arg[half:], flags)
+}
+
+// countProcs returns a command printing how many live processes have an
+// argument containing arg (a sleep's duration, a shell's -c script).
+func countProcs(arg string) string {
+	return grepArg(arg, false) + ` | wc -l | tr -d ' '`
+}
+
+// killProcs returns a command killing the processes countProcs counts.
+func killProcs(arg string) string {
+	return `for f in $(` + grepArg(arg, false) + `); do p=${f#/proc/}; kill -9 ${p%/cmdline}; done 2>/dev/null; true`
 }
 
 func (s *Suite) testTimeoutKillsTree(t *testing.T) {
@@ -465,7 +485,7 @@ func (s *Suite) testTimeoutKillsTree(t *testing.T) {
 	if elapsed > hangGuard {
 		t.Errorf("timeout call took %v: the timeout waited for the command instead of killing it", elapsed)
 	}
-	expect(t, e, cmd(countProcs("sleep 1001"+runTag)), "0", 0)
+	expect(t, e, cmd(countProcs("1001"+runTag)), "0", 0)
 	expect(t, e, cmd("echo $KEPT; pwd"), "1\n/", 0)
 
 	// A command that ignores TERM is killed after the grace period.
@@ -473,7 +493,7 @@ func (s *Suite) testTimeoutKillsTree(t *testing.T) {
 	if r.ExitCode != 124 {
 		t.Fatalf("TERM-ignoring command: exit %d, want 124", r.ExitCode)
 	}
-	expect(t, e, cmd(countProcs("sleep 1002"+runTag)), "0", 0)
+	expect(t, e, cmd(countProcs("1002"+runTag)), "0", 0)
 }
 
 func (s *Suite) testTimeoutBuiltinLoop(t *testing.T) {
@@ -497,15 +517,15 @@ func (s *Suite) testInterrupt(t *testing.T) {
 	if d := time.Since(<-cancelled); d > hangGuard {
 		t.Errorf("interrupt took %v: it waited for the command instead of killing it", d)
 	}
-	expect(t, e, cmd(countProcs("sleep 1003"+runTag)), "0", 0)
+	expect(t, e, cmd(countProcs("1003"+runTag)), "0", 0)
 	expect(t, e, cmd("echo alive"), "alive", 0)
 }
 
 func (s *Suite) testDetached(t *testing.T) {
 	e := s.env(t)
 	t.Cleanup(func() {
-		e.Run(context.Background(), cmd(killByCmdline("sleep 1004"+runTag)))
-		e.Run(context.Background(), cmd(killByCmdline("sleep 1005"+runTag)))
+		e.Run(context.Background(), cmd(killProcs("1004"+runTag)))
+		e.Run(context.Background(), cmd(killProcs("1005"+runTag)))
 	})
 	for _, c := range []string{"setsid sleep 1004" + runTag + " & disown", "cd / && sleep 1005" + runTag + " &", "sleep 1004" + runTag + " &"} {
 		start := time.Now()

@@ -164,14 +164,7 @@ func (s *Suite) testBackgroundChildHoldsPipe(t *testing.T) {
 	if w["status"] != process.Exited {
 		t.Fatalf("process whose child holds the output: %v, want exited", w)
 	}
-	m.Run(context.Background(), "k", terminal.Request{Command: killByCmdline("sleep 1008" + runTag)})
-}
-
-// killByCmdline is a command that kills every process whose command line
-// contains needle.
-func killByCmdline(needle string) string {
-	half := len(needle) / 2
-	return fmt.Sprintf(`for f in /proc/[0-9]*/cmdline; do case "$(tr '\000' ' ' 2>/dev/null <"$f")" in *"%s""%s"*) p=${f#/proc/}; kill -9 ${p%%/cmdline};; esac; done 2>/dev/null; true`, needle[:half], needle[half:])
+	m.Run(context.Background(), "k", terminal.Request{Command: killProcs("1008" + runTag)})
 }
 
 func (s *Suite) testBackgroundStdin(t *testing.T) {
@@ -210,7 +203,7 @@ func (s *Suite) testBackgroundKill(t *testing.T) {
 	if p := do(m, r.SessionID, "poll"); p["status"] != process.Exited {
 		t.Fatalf("poll after kill: %v", p)
 	}
-	fg := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("sleep 1009" + runTag)})
+	fg := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("1009" + runTag)})
 	if fg.Output != "0" {
 		t.Fatalf("%s processes of the killed tree still running", fg.Output)
 	}
@@ -429,7 +422,7 @@ func (s *Suite) testOnTimeoutBackground(t *testing.T) {
 	if k := do(m, r.SessionID, "kill"); k["status"] != "killed" {
 		t.Fatalf("kill: %v", k)
 	}
-	if c := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("sleep 1012" + runTag)}); c.Output != "0" {
+	if c := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("1012" + runTag)}); c.Output != "0" {
 		t.Fatalf("%s processes of the killed command still running", c.Output)
 	}
 	if w := do(m, r.SessionID, "poll"); w["status"] != process.Exited {
@@ -496,7 +489,7 @@ func (s *Suite) testDetachForeground(t *testing.T) {
 	if k := do(m, id, "kill"); k["status"] != "killed" {
 		t.Fatalf("kill: %v", k)
 	}
-	if c := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("sleep 1014" + runTag)}); c.Output != "0" {
+	if c := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("1014" + runTag)}); c.Output != "0" {
 		t.Fatalf("%s processes of the detached command still running after kill", c.Output)
 	}
 	if d := do(m, id, "detach"); d["error"] == nil {

@@ -493,15 +493,12 @@ func (s *Suite) testNoInheritedFDs(t *testing.T) {
 }
 
 // countArg returns a command counting live processes that have arg as one
-// of their arguments, in one grep (the needle reaches grep on its stdin, so
-// grep's own command line does not count).
+// of their arguments.
 func countArg(arg string) string {
-	half := len(arg) / 2
-	return fmt.Sprintf(`printf '%%s%%s\n' '%s' '%s' | grep -lszxF -f /dev/stdin /proc/[0-9]*/cmdline | wc -l | tr -d ' '`, arg[:half], arg[half:])
+	return grepArg(arg, true) + ` | wc -l | tr -d ' '`
 }
 
 // killArg returns a command killing the processes countArg counts.
 func killArg(arg string) string {
-	half := len(arg) / 2
-	return fmt.Sprintf(`for f in $(printf '%%s%%s\n' '%s' '%s' | grep -lszxF -f /dev/stdin /proc/[0-9]*/cmdline); do p=${f#/proc/}; kill -9 ${p%%/cmdline}; done 2>/dev/null; true`, arg[:half], arg[half:])
+	return `for f in $(` + grepArg(arg, true) + `); do p=${f#/proc/}; kill -9 ${p%/cmdline}; done 2>/dev/null; true`
 }

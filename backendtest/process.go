@@ -269,7 +269,10 @@ func (s *Suite) tagN() int {
 func (s *Suite) killSleeps(be backend.Backend, sleep string) {
 	ctx, cancel := context.WithTimeout(context.Background(), procLimit)
 	defer cancel()
-	script := `for f in /proc/[0-9]*/cmdline; do
+	// grep narrows the machine's processes to those with the duration as
+	// an argument; only their whole command lines are compared.
+	dur := strings.TrimPrefix(sleep, "sleep ")
+	script := `for f in $(` + grepArg(dur, true) + `); do
   c=$(tr '\0' ' ' <"$f" 2>/dev/null) || continue
   if [ "$c" = "$1 " ]; then p=${f#/proc/}; kill -9 "${p%/cmdline}" 2>/dev/null; fi
 done; exit 0`
