@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/a55dbaac/berth/bench"
@@ -64,9 +63,8 @@ func BenchmarkAPIExec(b *testing.B) {
 func apiExec(ctx context.Context, be *Backend) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	req := be.c.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(be.c.namespace).Name(be.PodName()).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: []string{"bash", "-c", bench.TrivialCommand},
-			Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	req := be.c.api.execRequest(be.c.namespace, be.PodName(), &corev1.PodExecOptions{Container: containerName,
+		Command: []string{"bash", "-c", bench.TrivialCommand}, Stdout: true, Stderr: true})
 	ex, err := remotecommand.NewWebSocketExecutor(be.c.cfg, "GET", req.URL().String())
 	if err != nil {
 		return err

@@ -15,7 +15,6 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -28,11 +27,12 @@ import (
 var ErrNoCluster = errors.New("kubernetes: no cluster configured")
 
 // cluster is a connection to one cluster as one user: the REST
-// configuration (for exec streams), the typed client, the namespace berth
-// works in, and where the configuration came from (for messages).
+// configuration (for exec streams), berth's API client (rest.go), the
+// namespace berth works in, and where the configuration came from (for
+// messages).
 type cluster struct {
 	cfg       *rest.Config
-	cs        kubernetes.Interface
+	api       *apiClient
 	namespace string
 	source    string // "kubeconfig /path (context c)" or "in-cluster service account"
 	host      string // the API server's URL
@@ -128,11 +128,11 @@ func connect(s *settings, getenv func(string) string) (*cluster, error) {
 	// pod, claim it, create it, watch it): do not throttle those.
 	cfg.QPS, cfg.Burst = 50, 100
 	cfg.UserAgent = "berth"
-	cs, err := kubernetes.NewForConfig(cfg)
+	api, err := newAPIClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: client for %s: %w", cfg.Host, err)
 	}
-	return &cluster{cfg: cfg, cs: cs, namespace: ns, source: source, host: cfg.Host}, nil
+	return &cluster{cfg: cfg, api: api, namespace: ns, source: source, host: cfg.Host}, nil
 }
 
 func expandHome(p string, getenv func(string) string) string {

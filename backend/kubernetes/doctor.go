@@ -66,7 +66,7 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 			Fix: "set KUBECONFIG (or terminal.kubernetes_kubeconfig) to a kubeconfig file, or run berth in a pod"}
 	}
 	var ver version.Info
-	raw, err := c.cs.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
+	raw, err := c.api.serverVersion(ctx)
 	if err == nil {
 		err = json.Unmarshal(raw, &ver)
 	}
@@ -81,7 +81,7 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 		Summary: fmt.Sprintf("Kubernetes %s at %s, namespace %s (%s)", ver.GitVersion, c.host, c.namespace, c.source)}
 	add := func(format string, args ...any) { fp.Details = append(fp.Details, fmt.Sprintf(format, args...)) }
 
-	if _, err := c.cs.CoreV1().Namespaces().Get(ctx, c.namespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+	if _, err := c.api.namespaces().Get(ctx, c.namespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		fp.Usable = false
 		add("namespace %s: does not exist", c.namespace)
 		fp.Fix = "create the namespace (kubectl create namespace " + c.namespace + ") or set terminal." + keyNamespace
@@ -110,7 +110,7 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 		add("permissions: every verb berth needs in namespace %s is allowed", c.namespace)
 	}
 
-	rcs, err := c.cs.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{})
+	rcs, err := c.api.runtimeClasses().List(ctx, metav1.ListOptions{})
 	switch {
 	case err != nil:
 		add("runtime classes: cannot list them (%v)", shortErr(err))
@@ -161,7 +161,7 @@ func (p permission) describe() string {
 // allowed asks the API server whether this user may do p in the namespace
 // (SelfSubjectAccessReview, which every authenticated user may create).
 func allowed(ctx context.Context, c *cluster, p permission) (bool, error) {
-	r, err := c.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+	r, err := c.api.selfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
 			Namespace: c.namespace, Verb: p.verb, Group: p.group, Resource: p.resource, Subresource: p.subresource,
 		}},
@@ -174,7 +174,7 @@ func allowed(ctx context.Context, c *cluster, p permission) (bool, error) {
 
 // storageClassFact says which class a persistent environment's claim gets.
 func storageClassFact(ctx context.Context, c *cluster, s *settings) string {
-	scs, err := c.cs.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+	scs, err := c.api.storageClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "storage class for container_persistent: cannot list storage classes (" + shortErr(err) + ")"
 	}
@@ -200,7 +200,7 @@ func storageClassFact(ctx context.Context, c *cluster, s *settings) string {
 // the kubelet's pod PID limit, and whether ephemeral-storage limits
 // (container_disk) are enforced.
 func nodeFacts(ctx context.Context, c *cluster, add func(string, ...any)) {
-	nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodes, err := c.api.nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		add("nodes: cannot list them (%s): berth cannot tell the pod PID limit (the kubelet's podPidsLimit) or whether container_disk is enforced", shortErr(err))
 		return
@@ -233,7 +233,7 @@ func nodeFacts(ctx context.Context, c *cluster, add func(string, ...any)) {
 // podPidsLimit reads a node's kubelet configuration through the API
 // server's node proxy (configz), which needs get nodes/proxy.
 func podPidsLimit(ctx context.Context, c *cluster, node string) string {
-	raw, err := c.cs.CoreV1().RESTClient().Get().Resource("nodes").Name(node).SubResource("proxy").Suffix("configz").DoRaw(ctx)
+	raw, err := c.api.kubeletConfigz(ctx, node)
 	if err != nil {
 		return "unknown (" + shortErr(err) + ")"
 	}

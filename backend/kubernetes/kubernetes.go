@@ -281,7 +281,7 @@ func containerStopped(err error) bool {
 
 // alive reports whether the pod with the given UID still runs.
 func (b *Backend) alive(ctx context.Context, uid types.UID) (bool, error) {
-	p, err := b.c.cs.CoreV1().Pods(b.c.namespace).Get(ctx, PodName(b.set.Key), metav1.GetOptions{})
+	p, err := b.c.api.pods(b.c.namespace).Get(ctx, PodName(b.set.Key), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -352,12 +352,12 @@ func (b *Backend) Close(ctx context.Context) error {
 	name := PodName(b.set.Key)
 	grace := int64(1)
 	var errs []error
-	err := b.c.cs.CoreV1().Pods(b.c.namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	err := b.c.api.pods(b.c.namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, b.c.wrap(err, "delete pod %s", name))
 	}
 	if !b.set.Network {
-		err := b.c.cs.NetworkingV1().NetworkPolicies(b.c.namespace).Delete(ctx, policyName(name), metav1.DeleteOptions{})
+		err := b.c.api.networkPolicies(b.c.namespace).Delete(ctx, policyName(name), metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, b.c.wrap(err, "delete network policy %s", policyName(name)))
 		}

@@ -55,7 +55,7 @@ func (b *Backend) cleanUpOnce(ctx context.Context, lifetimeSeconds int) {
 // volume claims and network policies of persistent environments whose pod
 // has been gone for more than maxAge. It returns the keys it removed.
 func sweep(ctx context.Context, c *cluster, maxAge time.Duration, claimsToo bool) ([]string, error) {
-	pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: allSelector})
+	pods, err := c.api.pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: allSelector})
 	if err != nil {
 		return nil, c.wrap(err, "list berth's pods in namespace %s", c.namespace)
 	}
@@ -78,7 +78,7 @@ func sweep(ctx context.Context, c *cluster, maxAge time.Duration, claimsToo bool
 		removed = append(removed, p.Annotations[AnnKey])
 	}
 	// What a removed throwaway environment leaves: its network policy.
-	pols, err := c.cs.NetworkingV1().NetworkPolicies(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: allSelector})
+	pols, err := c.api.networkPolicies(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: allSelector})
 	if err != nil {
 		if !apierrors.IsForbidden(err) { // docker_network: true needs no policies
 			errs = append(errs, c.wrap(err, "list berth's network policies"))
@@ -88,14 +88,14 @@ func sweep(ctx context.Context, c *cluster, maxAge time.Duration, claimsToo bool
 			if live[np.Labels[LabelEnv]] || np.Labels[LabelPersistent] == "1" && !claimsToo {
 				continue
 			}
-			err := c.cs.NetworkingV1().NetworkPolicies(c.namespace).Delete(ctx, np.Name, metav1.DeleteOptions{})
+			err := c.api.networkPolicies(c.namespace).Delete(ctx, np.Name, metav1.DeleteOptions{})
 			if err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, c.wrap(err, "delete network policy %s", np.Name))
 			}
 		}
 	}
 	if claimsToo {
-		pvcs, err := c.cs.CoreV1().PersistentVolumeClaims(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: allSelector})
+		pvcs, err := c.api.claims(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: allSelector})
 		if err != nil {
 			errs = append(errs, c.wrap(err, "list berth's volume claims"))
 		} else {
@@ -103,7 +103,7 @@ func sweep(ctx context.Context, c *cluster, maxAge time.Duration, claimsToo bool
 				if live[pvc.Labels[LabelEnv]] || pvc.DeletionTimestamp != nil || now.Sub(releasedAt(&pvc)) < maxAge {
 					continue
 				}
-				err := c.cs.CoreV1().PersistentVolumeClaims(c.namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{})
+				err := c.api.claims(c.namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{})
 				if err != nil && !apierrors.IsNotFound(err) {
 					errs = append(errs, c.wrap(err, "delete volume claim %s", pvc.Name))
 					continue
@@ -120,7 +120,7 @@ func sweep(ctx context.Context, c *cluster, maxAge time.Duration, claimsToo bool
 func removePod(ctx context.Context, c *cluster, p *corev1.Pod) error {
 	grace := int64(1)
 	uid := p.UID
-	err := c.cs.CoreV1().Pods(c.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+	err := c.api.pods(c.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return c.wrap(err, "delete pod %s", p.Name)
@@ -134,7 +134,7 @@ func removePod(ctx context.Context, c *cluster, p *corev1.Pod) error {
 // markReleased notes on a volume claim when its pod went away.
 func markReleased(ctx context.Context, c *cluster, claim string) {
 	body := []byte(`{"metadata":{"annotations":{"` + AnnReleased + `":"` + time.Now().UTC().Format(time.RFC3339) + `"}}}`)
-	_, _ = c.cs.CoreV1().PersistentVolumeClaims(c.namespace).Patch(ctx, claim, "application/merge-patch+json", body, metav1.PatchOptions{})
+	_, _ = c.api.claims(c.namespace).Patch(ctx, claim, "application/merge-patch+json", body, metav1.PatchOptions{})
 }
 
 // endedAt is when a pod's container ended (else when the pod was made).
@@ -173,25 +173,25 @@ func dedupe(keys []string) []string {
 // claimToo its volume claim.
 func removeEnv(ctx context.Context, c *cluster, key string, policyToo, claimToo bool) error {
 	sel := metav1.ListOptions{LabelSelector: selector(key)}
-	pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, sel)
+	pods, err := c.api.pods(c.namespace).List(ctx, sel)
 	if err != nil {
 		return c.wrap(err, "list the pods of %s", key)
 	}
 	var errs []error
 	grace := int64(1)
 	for _, p := range pods.Items {
-		err := c.cs.CoreV1().Pods(c.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+		err := c.api.pods(c.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, c.wrap(err, "delete pod %s", p.Name))
 		}
 	}
 	if policyToo {
-		pols, err := c.cs.NetworkingV1().NetworkPolicies(c.namespace).List(ctx, sel)
+		pols, err := c.api.networkPolicies(c.namespace).List(ctx, sel)
 		if err != nil {
 			errs = append(errs, c.wrap(err, "list the network policy of %s", key))
 		} else {
 			for _, np := range pols.Items {
-				err := c.cs.NetworkingV1().NetworkPolicies(c.namespace).Delete(ctx, np.Name, metav1.DeleteOptions{})
+				err := c.api.networkPolicies(c.namespace).Delete(ctx, np.Name, metav1.DeleteOptions{})
 				if err != nil && !apierrors.IsNotFound(err) {
 					errs = append(errs, c.wrap(err, "delete network policy %s", np.Name))
 				}
@@ -199,12 +199,12 @@ func removeEnv(ctx context.Context, c *cluster, key string, policyToo, claimToo 
 		}
 	}
 	if claimToo {
-		pvcs, err := c.cs.CoreV1().PersistentVolumeClaims(c.namespace).List(ctx, sel)
+		pvcs, err := c.api.claims(c.namespace).List(ctx, sel)
 		if err != nil {
 			errs = append(errs, c.wrap(err, "list the volume claim of %s", key))
 		} else {
 			for _, pvc := range pvcs.Items {
-				err := c.cs.CoreV1().PersistentVolumeClaims(c.namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{})
+				err := c.api.claims(c.namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{})
 				if err != nil && !apierrors.IsNotFound(err) {
 					errs = append(errs, c.wrap(err, "delete volume claim %s", pvc.Name))
 				}
@@ -224,7 +224,7 @@ func removeEnv(ctx context.Context, c *cluster, key string, policyToo, claimToo 
 func waitPodGone(ctx context.Context, c *cluster, p *corev1.Pod) error {
 	delay := 50 * time.Millisecond
 	for {
-		cur, err := c.cs.CoreV1().Pods(c.namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		cur, err := c.api.pods(c.namespace).Get(ctx, p.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || err == nil && cur.UID != p.UID {
 			return nil
 		}
@@ -264,7 +264,7 @@ func (envAdmin) List(ctx context.Context, opts backend.Options) ([]backend.EnvIn
 	if err != nil {
 		return nil, err
 	}
-	pods, err := c.cs.CoreV1().Pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: allSelector})
+	pods, err := c.api.pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: allSelector})
 	if err != nil {
 		return nil, c.wrap(err, "list berth's pods in namespace %s", c.namespace)
 	}
@@ -285,7 +285,7 @@ func (envAdmin) List(ctx context.Context, opts backend.Options) ([]backend.EnvIn
 			Image: image, Created: p.CreationTimestamp.Time, Persistent: p.Labels[LabelPersistent] == "1",
 		})
 	}
-	pvcs, err := c.cs.CoreV1().PersistentVolumeClaims(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: allSelector})
+	pvcs, err := c.api.claims(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: allSelector})
 	if err != nil {
 		return nil, c.wrap(err, "list berth's volume claims in namespace %s", c.namespace)
 	}

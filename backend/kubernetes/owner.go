@@ -64,7 +64,7 @@ func (b *Backend) release(ctx context.Context, name string, uid types.UID) error
 func (b *Backend) annotate(ctx context.Context, name string, uid types.UID, ann map[string]*string) error {
 	patch := map[string]any{"metadata": map[string]any{"annotations": ann, "uid": uid}}
 	body, _ := json.Marshal(patch)
-	_, err := b.c.cs.CoreV1().Pods(b.c.namespace).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
+	_, err := b.c.api.pods(b.c.namespace).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
 	return err
 }
 

@@ -231,7 +231,7 @@ func (b *Backend) policyObject() *networkingv1.NetworkPolicy {
 func (b *Backend) ensure(ctx context.Context) (types.UID, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.set.StartTimeout)
 	defer cancel()
-	pods := b.c.cs.CoreV1().Pods(b.c.namespace)
+	pods := b.c.api.pods(b.c.namespace)
 	name := PodName(b.set.Key)
 	for attempt := 0; ; attempt++ {
 		if attempt > 20 {
@@ -298,7 +298,7 @@ func (b *Backend) startErr(ctx context.Context, err error) error {
 // the pod.
 func (b *Backend) create(ctx context.Context) (*corev1.Pod, error) {
 	if !b.set.Network {
-		_, err := b.c.cs.NetworkingV1().NetworkPolicies(b.c.namespace).Create(ctx, b.policyObject(), metav1.CreateOptions{})
+		_, err := b.c.api.networkPolicies(b.c.namespace).Create(ctx, b.policyObject(), metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, b.c.wrap(err, "create network policy %s (docker_network: false)", policyName(PodName(b.set.Key)))
 		}
@@ -308,7 +308,7 @@ func (b *Backend) create(ctx context.Context) (*corev1.Pod, error) {
 			return nil, err
 		}
 	}
-	pod, err := b.c.cs.CoreV1().Pods(b.c.namespace).Create(ctx, b.podObject(), metav1.CreateOptions{})
+	pod, err := b.c.api.pods(b.c.namespace).Create(ctx, b.podObject(), metav1.CreateOptions{})
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, err
@@ -340,7 +340,7 @@ func (b *Backend) createErr(err error) error {
 // ensureClaim creates the volume claim of a persistent environment, or
 // finds it (reattach: the files are kept).
 func (b *Backend) ensureClaim(ctx context.Context) error {
-	claims := b.c.cs.CoreV1().PersistentVolumeClaims(b.c.namespace)
+	claims := b.c.api.claims(b.c.namespace)
 	name := claimName(PodName(b.set.Key))
 	pvc, err := claims.Get(ctx, name, metav1.GetOptions{})
 	if err == nil {
@@ -379,7 +379,7 @@ var errPodGone = errors.New("kubernetes: the pod went away while starting")
 // timeout it says what the pod was waiting for (unschedulable, an unbound
 // volume claim) and removes it.
 func (b *Backend) waitReady(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
-	pods := b.c.cs.CoreV1().Pods(b.c.namespace)
+	pods := b.c.api.pods(b.c.namespace)
 	last := pod
 	for {
 		if done, err := b.podReady(last); done || err != nil {
@@ -530,7 +530,7 @@ func (b *Backend) discard(p *corev1.Pod) {
 	defer cancel()
 	zero := int64(0)
 	uid := p.UID
-	err := b.c.cs.CoreV1().Pods(b.c.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+	err := b.c.api.pods(b.c.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		b.log.Warn("kubernetes: removing a pod that did not start failed", "pod", p.Name, "err", err)
@@ -541,7 +541,7 @@ func (b *Backend) discard(p *corev1.Pod) {
 // the given grace and waits until it is gone.
 func (b *Backend) deletePod(ctx context.Context, p *corev1.Pod, grace int64) error {
 	uid := p.UID
-	err := b.c.cs.CoreV1().Pods(b.c.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+	err := b.c.api.pods(b.c.namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return b.c.wrap(err, "delete pod %s", p.Name)
@@ -551,7 +551,7 @@ func (b *Backend) deletePod(ctx context.Context, p *corev1.Pod, grace int64) err
 
 // waitGone waits until the pod with p's UID no longer exists.
 func (b *Backend) waitGone(ctx context.Context, p *corev1.Pod) error {
-	pods := b.c.cs.CoreV1().Pods(b.c.namespace)
+	pods := b.c.api.pods(b.c.namespace)
 	for {
 		cur, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || err == nil && cur.UID != p.UID {

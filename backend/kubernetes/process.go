@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/httpstream"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
@@ -193,15 +192,14 @@ func (b *Backend) exec(ctx context.Context, pod string, spec *backend.ProcSpec) 
 	if spec == nil {
 		end = "berth-end-" + newNonce()
 	}
-	req := b.c.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(b.c.namespace).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{
-			Container: containerName,
-			Command:   execArgv(spec, end),
-			Stdin:     true,
-			Stdout:    true,
-			Stderr:    !tty,
-			TTY:       tty,
-		}, scheme.ParameterCodec)
+	req := b.c.api.execRequest(b.c.namespace, pod, &corev1.PodExecOptions{
+		Container: containerName,
+		Command:   execArgv(spec, end),
+		Stdin:     true,
+		Stdout:    true,
+		Stderr:    !tty,
+		TTY:       tty,
+	})
 	u := req.URL()
 	b.mu.Lock()
 	proto := b.protocol
