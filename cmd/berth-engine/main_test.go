@@ -133,7 +133,7 @@ func countHostProcs(needle string) int {
 // cache (after a fresh build it maps whole 2 MB folios), not on berth.
 func TestExecHugeOutputBoundedMemory(t *testing.T) {
 	cmd := exec.Command(berthBin, "exec", "--json", "--", `head -c 200000000 /dev/zero | tr "\0" a`)
-	cmd.Env = append(os.Environ(), "BERTH_HOME="+t.TempDir(), "BERTH_CONFIG=", "TERMINAL_ENV=", "BERTH_NO_DAEMON=1")
+	cmd.Env = berthEnv(t)
 	var outb, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &outb, &errb
 	if err := cmd.Start(); err != nil {
@@ -276,7 +276,7 @@ func TestShellBackgroundMetaAndNoOrphansOnExit(t *testing.T) {
 
 func TestShellSIGTERMCleansUp(t *testing.T) {
 	cmd := exec.Command(berthBin, "shell", "--json")
-	cmd.Env = append(os.Environ(), "BERTH_HOME="+t.TempDir(), "BERTH_CONFIG=", "TERMINAL_ENV=", "BERTH_NO_DAEMON=1")
+	cmd.Env = berthEnv(t)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
