@@ -725,16 +725,21 @@ func (p *ptyProc) Wait() (int, error) {
 func (p *ptyProc) Close() error {
 	p.closeOnce.Do(func() {
 		close(p.closed)
-		// A write blocked on a process that does not read its stdin holds
-		// the writer lock; closing the socket below unblocks it, and the
-		// end line is not needed then.
-		if !p.exited() && p.wmu.TryLock() {
-			p.wmu.Unlock()
+		// Another writer may hold the writer lock: the flow loop sending
+		// credits for output still on its way (a moment), or a write
+		// blocked on a process that does not read its stdin (for ever;
+		// closing the socket below unblocks it, and the end line is not
+		// needed then). So berth waits for the lock, but not for ever.
+		// Giving up at once left a process whose output berth had
+		// stopped (XOFF) stopped for good whenever a credit was being
+		// sent as berth let go.
+		if !p.exited() && p.lockWithin(closeLockWait) {
 			if p.tty.Load() {
-				p.sendEnd()
+				p.sendEndLocked()
 			} else {
-				p.sendAck() // the shell exits as soon as the command does
+				p.sendAckLocked() // the shell exits as soon as the command does
 			}
+			p.wmu.Unlock()
 		}
 		p.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 		p.ws.Close()
@@ -752,6 +757,11 @@ func (p *ptyProc) Close() error {
 func (p *ptyProc) sendAck() error {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
+	return p.sendAckLocked()
+}
+
+// sendAckLocked is sendAck with wmu held.
+func (p *ptyProc) sendAckLocked() error {
 	if p.acked {
 		return nil
 	}
@@ -779,6 +789,11 @@ func (p *ptyProc) sendAck() error {
 func (p *ptyProc) sendEnd() error {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
+	return p.sendEndLocked()
+}
+
+// sendEndLocked is sendEnd with wmu held.
+func (p *ptyProc) sendEndLocked() error {
 	if p.inClosed {
 		return nil
 	}
@@ -790,6 +805,37 @@ func (p *ptyProc) sendEnd() error {
 	p.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	defer p.ws.SetWriteDeadline(time.Time{})
 	return p.ws.WriteMessage(websocket.BinaryMessage, end)
+}
+
+// closeLockWait bounds how long Close waits for another writer to let go
+// of the socket before it drops the socket without its last line.
+const closeLockWait = 2 * time.Second
+
+// lockWithin takes wmu, unless another writer holds it for longer than d
+// (a write blocked on a connection that no longer moves). It reports
+// whether it took it; the caller then unlocks.
+func (p *ptyProc) lockWithin(d time.Duration) bool {
+	if p.wmu.TryLock() {
+		return true
+	}
+	got, abandon := make(chan struct{}), make(chan struct{})
+	go func() {
+		p.wmu.Lock()
+		select {
+		case got <- struct{}{}: // the caller holds it now
+		case <-abandon:
+			p.wmu.Unlock()
+		}
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-got:
+		return true
+	case <-t.C:
+		close(abandon)
+		return false
+	}
 }
 
 // requestFlow records whether output should be stopped and wakes

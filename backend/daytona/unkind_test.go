@@ -295,7 +295,9 @@ func TestAPIURLPasswordNeverShown(t *testing.T) {
 // because nobody read it, runs to its end: the output is started again
 // and the pacing that holds it back until berth acknowledged it stops once
 // berth is gone. Without the XON on Close, or without the pacer's "u", it
-// blocked for ever.
+// blocked for ever. Berth lets go while another write holds the socket
+// (as the flow loop does sending credits for output still on its way):
+// Close that gave up on a held lock left the output stopped for good.
 func TestPacingEndsWhenBerthLetsGo(t *testing.T) {
 	fake := daytonafake.Start(t)
 	b := newBackend(t, testOptions(t, fake, nil, nil))
@@ -320,7 +322,13 @@ func TestPacingEndsWhenBerthLetsGo(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	p.Close()
+	pp := p.(*ptyProc)
+	pp.wmu.Lock() // a credit is being sent as berth lets go
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	time.Sleep(100 * time.Millisecond)
+	pp.wmu.Unlock()
+	<-closed
 	if out, code := run(t, b, "for i in $(seq 300); do [ -e /tmp/let-go ] && break; sleep 0.1; done; cat /tmp/let-go", ""); code != 0 || out != "done\n" {
 		t.Fatalf("the process did not run to its end after berth let go: %q exit %d", out, code)
 	}
