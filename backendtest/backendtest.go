@@ -70,6 +70,23 @@ type Options struct {
 	Only func(name string) bool
 }
 
+// ShellOnly reports whether the named test ("Group/Test") is about berth's
+// own shell code and approval gate rather than the backend beneath them:
+// shell options and hijacked names the session's code must survive, and
+// nesting the gate refuses before anything runs. The same shell in the
+// same image answers them the same over any transport, so a second run of
+// the suite on another configuration of one backend (an unkind fake,
+// another protocol) may leave them out: Only: func(n string) bool { return
+// !backendtest.ShellOnly(n) }.
+func ShellOnly(name string) bool { return shellOnly[name] }
+
+// shellOnly is ShellOnly's set; Run checks that the suite has each.
+var shellOnly = map[string]bool{
+	"Hardening/ShellStateImmunity":   true,
+	"Hardening/HijackedBuiltinNames": true,
+	"Hardening/DeepNestingRefused":   true,
+}
+
 // runTag makes the sleep durations the tests look for unique to this test
 // process: suites for different backends may run at once on one host (the
 // local and ssh suites both run their commands on this machine), and must
@@ -117,10 +134,29 @@ func Run(t *testing.T, f func(t testing.TB) backend.Backend, opts Options) {
 			}
 		})
 	}
-	group(t, "Process", s.processTests())
-	group(t, "Terminal", s.terminalTests())
-	group(t, "Background", s.backgroundTests())
-	group(t, "Hardening", s.hardeningTests())
+	groups := []struct {
+		name  string
+		tests []namedTest
+	}{
+		{"Process", s.processTests()},
+		{"Terminal", s.terminalTests()},
+		{"Background", s.backgroundTests()},
+		{"Hardening", s.hardeningTests()},
+	}
+	have := map[string]bool{}
+	for _, g := range groups {
+		for _, c := range g.tests {
+			have[g.name+"/"+c.name] = true
+		}
+	}
+	for n := range shellOnly {
+		if !have[n] {
+			t.Fatalf("backendtest.ShellOnly names %s, which the suite does not have", n)
+		}
+	}
+	for _, g := range groups {
+		group(t, g.name, g.tests)
+	}
 	if selected("Files") {
 		t.Run("Files", func(t *testing.T) {
 			RunFiles(t, s.env(t))

@@ -18,7 +18,7 @@ import (
 // tests are TestInternal.
 func TestConformance(t *testing.T) {
 	t.Parallel() // beside TestConformanceRealistic: both mostly wait on the fake
-	conformance(t, daytonafake.Start(t))
+	conformance(t, daytonafake.Start(t), nil)
 }
 
 // TestInternal runs the daytona-only tests, the suite's Internal group,
@@ -38,14 +38,17 @@ func TestInternal(t *testing.T) {
 // link, close messages ahead of output, a lagging list, 429s and 5xx,
 // execute through the user's shell, a non-root user, random delays. The
 // Internal group runs against the kind fake only (its tests of the unkind
-// switches one by one are in unkind_test.go).
+// switches one by one are in unkind_test.go). The tests of berth's own
+// shell code (backendtest.ShellOnly) run once, against the kind fake: the
+// sandbox's shell is the same.
 func TestConformanceRealistic(t *testing.T) {
 	t.Parallel()
-	conformance(t, daytonafake.StartRealistic(t))
+	conformance(t, daytonafake.StartRealistic(t), func(n string) bool { return !backendtest.ShellOnly(n) })
 }
 
-func conformance(t *testing.T, fake *daytonafake.Server) {
+func conformance(t *testing.T, fake *daytonafake.Server, only func(string) bool) {
 	opts := backendtest.Options{
+		Only: only,
 		Reopen: func(t testing.TB, key string) backend.Backend {
 			opts := testOptions(t, fake, func(c *config.Terminal) { c.ContainerPersistent = true }, nil)
 			opts.Key = key

@@ -18,23 +18,26 @@ import (
 // modal-only tests as the Internal group.
 func TestConformance(t *testing.T) {
 	t.Parallel() // beside TestConformanceRealistic: both mostly wait on the fake
-	runConformance(t, newFixture(t))
+	runConformance(t, newFixture(t), nil)
 }
 
 // TestConformanceRealistic runs the same suite against a fake as unkind as
 // the real Modal (modalfake.Realistic): sandboxes that take a moment to be
 // scheduled, rate limits, transient failures and broken streams, a router
 // that goes silent when a sandbox dies, lifetimes that end a little early,
-// slow snapshots.
+// slow snapshots. The tests of berth's own shell code
+// (backendtest.ShellOnly) run once, against the kind fake: the sandbox's
+// shell is the same.
 func TestConformanceRealistic(t *testing.T) {
 	t.Parallel()
-	runConformance(t, newFixtureWith(t, modalfake.Realistic()))
+	runConformance(t, newFixtureWith(t, modalfake.Realistic()), func(n string) bool { return !backendtest.ShellOnly(n) })
 }
 
-func runConformance(t *testing.T, f *fixture) {
+func runConformance(t *testing.T, f *fixture, only func(string) bool) {
 	backendtest.Run(t, func(t testing.TB) backend.Backend {
 		return newBackend(t, f.options(t, "", nil))
 	}, backendtest.Options{
+		Only: only,
 		Reopen: func(t testing.TB, key string) backend.Backend {
 			opts := f.options(t, key, func(c *config.Terminal) { c.ContainerPersistent = true })
 			t.Cleanup(func() {
