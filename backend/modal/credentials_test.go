@@ -139,6 +139,9 @@ func TestCredentialsAgainstTheFake(t *testing.T) {
 	}
 	dead := "http://" + l.Addr().String()
 	l.Close()
+	// A refused connection is retried like any transient failure, for the
+	// whole retry budget (two minutes by default): two seconds here.
+	opts = f.options(t, "", func(c *config.Terminal) { mustSet(c, keyRetryTimeout, 2) })
 	opts.Getenv = envOf(map[string]string{"MODAL_SERVER_URL": dead, "MODAL_TOKEN_ID": "ak-x", "MODAL_TOKEN_SECRET": "as-x", "HOME": t.TempDir()})
 	_, err = New(ctx, opts)
 	var ue *backend.UnreachableError
