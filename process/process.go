@@ -190,15 +190,32 @@ func (r *Registry) Start(ctx context.Context, env *terminal.Environment, key str
 			waited <- code
 		}()
 		var code int
+		framed := false
 		select {
 		case code = <-det.Exited:
+			framed = true
 		case code = <-waited:
+			// The backend saw the end before the exit frame came through
+			// the output (docker reports an exec's end while the stream
+			// still delivers what it printed): the rest of the output is
+			// on its way, and ending here cut it short. The stream now
+			// ends by itself (the backend's after-exit bound), so wait for
+			// the frame or that end, not for a timer.
+			select {
+			case code = <-det.Exited:
+				framed = true
+			case <-outDone:
+			}
 		}
-		// Give output already in flight a moment, but never wait for a
-		// descendant that keeps the stream open.
-		select {
-		case <-outDone:
-		case <-time.After(100 * time.Millisecond):
+		if framed {
+			// Everything the command printed came before its frame and is
+			// in p.out (the frame is reported after it). Give what its
+			// descendants print a moment, but never wait for one that
+			// keeps the stream open.
+			select {
+			case <-outDone:
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 		p.mu.Lock()
 		p.exited, p.code, p.ended = true, code, r.now()

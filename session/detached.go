@@ -27,7 +27,8 @@ type Detached struct {
 	// the exit frame.
 	Output io.Reader
 	// Exited receives the command's exit status as soon as the wrapper
-	// reports it in its output, which can be well before the backend
+	// reports it in its output (once the reader of Output has taken all
+	// the command printed before it), which can be well before the backend
 	// reports the process's end (docker holds an exec's exit back while a
 	// descendant keeps the stream open). It is never closed; a command
 	// killed by a signal reports nothing here and is seen through Wait.
@@ -182,6 +183,10 @@ func (s *Session) StartDetached(ctx context.Context, command, workdir string, tt
 				} else if fr.feed(buf[:k], pw) {
 					framed = true
 					code, _ := strconv.Atoi(fr.got[0])
+					// An empty write returns once the reader came back for
+					// more, that is once it has handled all that came
+					// before the frame: then the exit is reported.
+					pw.Write(nil)
 					exited <- code
 					if len(fr.rest) > 0 {
 						pw.Write(fr.rest)
