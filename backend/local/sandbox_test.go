@@ -235,7 +235,10 @@ func TestWorkspaceKeepsOutsideIntact(t *testing.T) {
 func TestWorkspaceCommandsWorkInside(t *testing.T) {
 	py := python(t)
 	ws := t.TempDir()
-	m := newManager(t, sandboxConfig(t, ws, nil))
+	// A long TERM-to-KILL grace: the trap at the end runs rm at close,
+	// and a loaded machine must not turn the grace's end into the test's
+	// subject (the kill ends as soon as the shell has).
+	m := newManager(t, sandboxConfig(t, ws, map[string]any{"daemon_term_grace_seconds": 60.0}))
 	ctx := context.Background()
 	const key = "inside"
 	for _, r := range removals {
@@ -279,7 +282,9 @@ func TestWorkspaceCommandsWorkInside(t *testing.T) {
 	}
 	// A trap that cleans up its own scratch directory runs at close.
 	dir = makeVictim(t, ws)
-	m.Run(ctx, key, terminal.Request{Command: "trap 'rm -rf " + dir + "' EXIT"})
+	if res := m.Run(ctx, key, terminal.Request{Command: "trap 'rm -rf " + dir + "' EXIT"}); res.Error != nil || res.ExitCode != 0 {
+		t.Fatalf("trap: exit %d %q", res.ExitCode, res.Output)
+	}
 	m.Close(ctx, key)
 	gone(t, dir, "trap 'rm -rf' EXIT inside and closing the environment")
 }
