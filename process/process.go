@@ -190,10 +190,8 @@ func (r *Registry) Start(ctx context.Context, env *terminal.Environment, key str
 			waited <- code
 		}()
 		var code int
-		framed := false
 		select {
 		case code = <-det.Exited:
-			framed = true
 		case code = <-waited:
 			// The backend saw the end before the exit frame came through
 			// the output (docker reports an exec's end while the stream
@@ -203,19 +201,16 @@ func (r *Registry) Start(ctx context.Context, env *terminal.Environment, key str
 			// the frame or that end, not for a timer.
 			select {
 			case code = <-det.Exited:
-				framed = true
 			case <-outDone:
 			}
 		}
-		if framed {
-			// Everything the command printed came before its frame and is
-			// in p.out (the frame is reported after it). Give what its
-			// descendants print a moment, but never wait for one that
-			// keeps the stream open.
-			select {
-			case <-outDone:
-			case <-time.After(100 * time.Millisecond):
-			}
+		// Everything the command printed came before its frame and is in
+		// p.out (the frame is reported after it), or the stream has ended.
+		// Give what its descendants print a moment, but never wait for one
+		// that keeps the stream open.
+		select {
+		case <-outDone:
+		case <-time.After(100 * time.Millisecond):
 		}
 		p.mu.Lock()
 		p.exited, p.code, p.ended = true, code, r.now()
