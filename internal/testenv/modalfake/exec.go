@@ -216,11 +216,13 @@ func (s *Server) pump(e *execProc, outCfg pb.TaskExecStdoutConfig, errCfg pb.Tas
 	case pb.TaskExecStderrConfig_TASK_EXEC_STDERR_CONFIG_STDOUT:
 		errw = out
 	}
+	var cerr error
 	if e.tty {
-		io.Copy(out, e.conn.Reader)
+		_, cerr = io.Copy(out, e.conn.Reader)
 	} else {
-		stdcopy.StdCopy(out, errw, e.conn.Reader)
+		_, cerr = stdcopy.StdCopy(out, errw, e.conn.Reader)
 	}
+	s.checkOutputEnd(e, cerr)
 	// The connection goes first, so that a client that saw the output end
 	// finds the exec's stdin ended too.
 	e.hungUp.Store(true)
@@ -505,4 +507,18 @@ func (r *router) TaskExecPoll(ctx context.Context, req *pb.TaskExecPollRequest) 
 	}
 	code, sig, _ := e.status()
 	return pb.TaskExecPollResponse_builder{Code: code, Signal: sig}.Build(), nil
+}
+
+// checkOutputEnd logs an exec's output that ended with an error (the
+// daemon's attach stream broke rather than ended): the fake then hangs up,
+// which ends the exec's stdin too, so a test that sees an exec end early
+// finds the cause in the log.
+func (s *Server) checkOutputEnd(e *execProc, cerr error) {
+	if cerr == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	r, err := s.docker.ExecInspect(ctx, e.dockerID, client.ExecInspectOptions{})
+	s.log.Warn("modalfake: an exec's output stream broke", "exec", e.id, "sandbox", e.sb.id, "err", cerr, "running", err == nil && r.Running, "inspect_err", err)
 }
