@@ -31,11 +31,13 @@
 //     provider's upload call). write_file sends the bytes through it; a path
 //     it cannot serve is declined with [ErrUnsupported] and the shell takes
 //     over.
-//   - [NativeFS]: the environment is this machine's filesystem as the same
-//     user; the file tools then use the os package directly.
-//   - [Isolator]: how far the environment keeps commands from the machine
-//     they could damage ([Isolation]); the approval gate reads it, never a
-//     backend's name. A backend that does not report is [IsolationNone].
+//   - [Capable]: the environment's facts in one [Capabilities] value: how
+//     far it keeps commands from the machine they could damage
+//     ([Isolation]), what the kernel confines ([Confinement]), whether it
+//     is this machine's own filesystem (the file tools then use the os
+//     package directly). The approval gate reads it, never a backend's
+//     name; a backend that does not report gets the zero value
+//     ([IsolationNone]).
 //   - [OneShotRunner]: how the reference system runs one command on this
 //     backend when that is not one Start per command (a provider's one-shot
 //     exec API after a state check); berth bench times it as the baseline.
@@ -162,14 +164,6 @@ type SessionEnver interface {
 	SessionEnv() map[string]string
 }
 
-// NativeFS is implemented by backends whose environment is this machine's
-// own filesystem, seen as the user berth runs as. When NativeFS reports
-// true, the file tools read and write with the os package instead of going
-// through the shell.
-type NativeFS interface {
-	NativeFS() bool
-}
-
 // Isolation says how far an environment keeps its commands from a machine
 // they could damage, as Nomad's drivers declare Capabilities.FSIsolation.
 // The approval gate decides from it which rules protect anything: the
@@ -204,22 +198,6 @@ func (i Isolation) String() string {
 	return "none"
 }
 
-// Isolator is implemented by backends that keep their commands away from
-// the host in some measure. Isolation is reported by the instance, from
-// its own settings (a docker container with host binds reports
-// IsolationNone, one without reports IsolationImage).
-type Isolator interface {
-	Isolation() Isolation
-}
-
-// IsolationOf returns b's isolation: what it reports, else IsolationNone.
-func IsolationOf(b Backend) Isolation {
-	if i, ok := b.(Isolator); ok {
-		return i.Isolation()
-	}
-	return IsolationNone
-}
-
 // Confinement is what the kernel enforces on an environment that reports
 // IsolationWorkspace: where its commands may write, whom they may signal,
 // what network they may reach. The approval gate reads it to know which
@@ -237,10 +215,41 @@ type Confinement struct {
 	Network string
 }
 
-// Confiner is implemented by backends that confine their commands in the
-// kernel (IsolationWorkspace) and can say how.
-type Confiner interface {
-	Confinement() Confinement
+// Capabilities is everything an environment reports about itself in one
+// value, as Nomad's drivers report drivers.Capabilities and rclone's
+// backends their Features: facts berth above the seam reads, never a
+// backend's name. Behaviours a backend may add (FileWriter, Renewer,
+// SessionEnver, Recreator, OneShotRunner) stay interfaces, as in
+// database/sql/driver. The zero value is the least a backend can claim:
+// no isolation, no confinement, not this machine's filesystem.
+type Capabilities struct {
+	// Isolation is how far the environment keeps commands from a machine
+	// they could damage. A docker container with host binds reports
+	// IsolationNone, one without IsolationImage.
+	Isolation Isolation
+	// Confinement is what the kernel enforces when Isolation is
+	// IsolationWorkspace; the zero value otherwise.
+	Confinement Confinement
+	// NativeFS is true when the environment is this machine's own
+	// filesystem, seen as the user berth runs as: the file tools then read
+	// and write with the os package instead of going through the shell.
+	// It implies the backend's Registration.HostFS.
+	NativeFS bool
+}
+
+// Capable is implemented by backends that report their Capabilities. The
+// report comes from the instance, from its own settings.
+type Capable interface {
+	Capabilities() Capabilities
+}
+
+// CapabilitiesOf returns what b reports, or the zero Capabilities when it
+// reports nothing.
+func CapabilitiesOf(b Backend) Capabilities {
+	if c, ok := b.(Capable); ok {
+		return c.Capabilities()
+	}
+	return Capabilities{}
 }
 
 // FileWriter is implemented by backends with a file API for moving file

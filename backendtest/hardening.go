@@ -319,7 +319,7 @@ func (s *Suite) testDeepNesting(t *testing.T) {
 		t.Fatal(err)
 	}
 	deepArg := "bash -c '" + r("((", n) + "1" + r("))", n) + "'"
-	if backend.IsolationOf(env.Backend()) == backend.IsolationImage {
+	if backend.CapabilitiesOf(env.Backend()).Isolation == backend.IsolationImage {
 		if res := mrun("k", deepArg); res.Error != nil {
 			t.Fatalf("bash -c '((((…' in an isolated environment: %+v, want it left to the isolation and bash's answer", res)
 		}

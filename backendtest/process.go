@@ -28,6 +28,45 @@ func (s *Suite) processTests() []namedTest {
 		{"ConcurrentStart", s.testProcConcurrentStart},
 		{"OutputHelper", s.testProcOutputHelper},
 		{"StartAfterClose", s.testProcStartAfterClose},
+		{"CapabilitiesConsistent", s.testCapabilitiesConsistent},
+	}
+}
+
+// testCapabilitiesConsistent: what an environment reports of itself
+// agrees with itself and with its registration. Workspace isolation names
+// the trees the kernel lets commands write (the gate reads them to decide
+// what the kernel already holds); any other isolation claims no
+// confinement; this machine's own filesystem (NativeFS) is claimed only by
+// a backend registered as living in it (HostFS), and never together with
+// an isolation, since the file tools would then write from berth's own
+// unconfined process.
+func (s *Suite) testCapabilitiesConsistent(t *testing.T) {
+	be := s.f(t)
+	c := backend.CapabilitiesOf(be)
+	reg, ok := backend.Lookup(be.Name())
+	if !ok {
+		t.Fatalf("backend %q is not registered", be.Name())
+	}
+	switch c.Isolation {
+	case backend.IsolationWorkspace:
+		if len(c.Confinement.Writable) == 0 {
+			t.Errorf("workspace isolation without writable trees: %+v", c)
+		}
+		for _, w := range c.Confinement.Writable {
+			if !strings.HasPrefix(w, "/") {
+				t.Errorf("writable tree %q is not absolute", w)
+			}
+		}
+	default:
+		if len(c.Confinement.Writable) > 0 || c.Confinement.Signals || c.Confinement.Network != "" {
+			t.Errorf("isolation %v with a confinement: %+v", c.Isolation, c.Confinement)
+		}
+	}
+	if c.NativeFS && !reg.HostFS {
+		t.Errorf("NativeFS, but %s is not registered with HostFS", be.Name())
+	}
+	if c.NativeFS && c.Isolation != backend.IsolationNone {
+		t.Errorf("NativeFS with isolation %v: the file tools would write from berth's own process", c.Isolation)
 	}
 }
 

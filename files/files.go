@@ -8,7 +8,7 @@
 //
 // How the bytes travel depends on what the backend offers:
 //
-//   - A backend implementing backend.NativeFS (the local one) is this
+//   - A backend reporting Capabilities.NativeFS (the local one) is this
 //     machine's filesystem: files are read and written with the os package,
 //     no shell involved.
 //   - Every other backend goes through the environment's persistent shell:
@@ -72,9 +72,7 @@ const opTimeout = 180 * time.Second
 
 // native reports whether env's backend is this machine's filesystem.
 func native(env *terminal.Environment) bool {
-	be := env.Backend()
-	n, ok := be.(backend.NativeFS)
-	return ok && n.NativeFS()
+	return backend.CapabilitiesOf(env.Backend()).NativeFS
 }
 
 // target is a path inside the environment: either absolute, or relative to

@@ -379,7 +379,9 @@ type isolatedGuard struct {
 	iso backend.Isolation
 }
 
-func (g isolatedGuard) Isolation() backend.Isolation { return g.iso }
+func (g isolatedGuard) Capabilities() backend.Capabilities {
+	return backend.Capabilities{Isolation: g.iso}
+}
 
 // setupIsolated is setup with environments that report iso.
 func setupIsolated(t *testing.T, text string, iso backend.Isolation) (*manager.Manager, *guard) {

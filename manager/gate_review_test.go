@@ -16,10 +16,10 @@ import (
 )
 
 // nativeGuard is the guard of a backend whose files are this machine's,
-// as the local backend's are (backend.NativeFS).
+// as the local backend's are (backend.Capabilities.NativeFS).
 type nativeGuard struct{ *guard }
 
-func (nativeGuard) NativeFS() bool { return true }
+func (nativeGuard) Capabilities() backend.Capabilities { return backend.Capabilities{NativeFS: true} }
 
 // setupNative is setup for a guarded local environment that says its
 // files are this machine's; it returns the config file's path.

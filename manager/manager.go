@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -109,23 +110,18 @@ func (m *Manager) Gate() *approval.Gate { return m.gate }
 func (m *Manager) approvalContext(env *terminal.Environment, workdir string) approval.Context {
 	c := approval.Context{Backend: m.cfg.Terminal.Backend}
 	if env != nil {
-		be := env.Backend()
-		c.Sandboxed = backend.IsolationOf(be) == backend.IsolationImage
-		if cf, ok := be.(backend.Confiner); ok && backend.IsolationOf(be) == backend.IsolationWorkspace {
-			conf := cf.Confinement()
-			c.Writable = append([]string{}, conf.Writable...)
-			c.SignalsConfined = conf.Signals
+		caps := backend.CapabilitiesOf(env.Backend())
+		c.Sandboxed = caps.Isolation == backend.IsolationImage
+		if caps.Isolation == backend.IsolationWorkspace {
+			c.Writable = slices.Clone(caps.Confinement.Writable)
+			c.SignalsConfined = caps.Confinement.Signals
 		}
 		c.Cwd = env.Session().Cwd()
 		// berth's own files and the home are this machine's when the
 		// environment is: natively, or confined to its workspace on it (the
 		// file tools then take the confined shell, but the paths are the
 		// same).
-		native := false
-		if fs, ok := be.(backend.NativeFS); ok {
-			native = fs.NativeFS()
-		}
-		if native || backend.IsolationOf(be) == backend.IsolationWorkspace {
+		if caps.NativeFS || caps.Isolation == backend.IsolationWorkspace {
 			if h := m.cfg.Getenv("HOME"); h != "" {
 				c.Home = h
 			} else {

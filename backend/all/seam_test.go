@@ -16,7 +16,7 @@ import (
 
 // aboveTheSeam are the packages written once for every backend: none of
 // them may decide anything by a backend's name. They ask a backend for a
-// capability instead (backend.Isolator, backend.NativeFS, ...).
+// capability instead (backend.Capabilities, ...).
 var aboveTheSeam = []string{
 	"approval", "manager", "daemon", "daemon/wire", "terminal", "session",
 	"files", "mcpserver", "process", "output",

@@ -142,12 +142,14 @@ var (
 	_ backend.SessionEnver  = (*Backend)(nil)
 	_ backend.FileWriter    = (*Backend)(nil)
 	_ backend.OneShotRunner = (*Backend)(nil)
-	_ backend.Isolator      = (*Backend)(nil)
+	_ backend.Capable       = (*Backend)(nil)
 )
 
-// Isolation is IsolationImage: a Daytona sandbox runs on the provider's machines with
+// Capabilities reports IsolationImage: a Daytona sandbox runs on the provider's machines with
 // nothing of this host mounted.
-func (b *Backend) Isolation() backend.Isolation { return backend.IsolationImage }
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{Isolation: backend.IsolationImage}
+}
 
 // New reads the credentials, then finds the environment's sandbox by name
 // and starts it if it sleeps, or creates it. Missing credentials, a

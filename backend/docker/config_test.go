@@ -100,7 +100,7 @@ func TestIsolationFollowsHostBinds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := (&Backend{spec: s}).Isolation(); got != tc.want {
+		if got := (&Backend{spec: s}).Capabilities().Isolation; got != tc.want {
 			t.Errorf("volumes %q: isolation %s, want %s", tc.volumes, got, tc.want)
 		}
 	}

@@ -81,14 +81,18 @@ var (
 	_ backend.Recreator    = (*Backend)(nil)
 	_ backend.SessionEnver = (*Backend)(nil)
 	_ backend.FileWriter   = (*Backend)(nil)
-	_ backend.Isolator     = (*Backend)(nil)
+	_ backend.Capable      = (*Backend)(nil)
 )
 
-// Isolation is IsolationImage for a container with nothing of the host
+// Capabilities reports IsolationImage for a container with nothing of the host
 // mounted (named volumes are Docker's, not the host's), IsolationNone for
 // one with a host directory bound in (a docker_volumes host path,
 // docker_mount_cwd_to_workspace): a command there reaches the host's files.
-func (b *Backend) Isolation() backend.Isolation {
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{Isolation: b.isolation()}
+}
+
+func (b *Backend) isolation() backend.Isolation {
 	for _, bind := range b.spec.Binds {
 		if strings.HasPrefix(bind, "/") {
 			return backend.IsolationNone

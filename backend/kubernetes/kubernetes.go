@@ -110,12 +110,14 @@ var (
 	_ backend.Backend      = (*Backend)(nil)
 	_ backend.Recreator    = (*Backend)(nil)
 	_ backend.SessionEnver = (*Backend)(nil)
-	_ backend.Isolator     = (*Backend)(nil)
+	_ backend.Capable      = (*Backend)(nil)
 )
 
-// Isolation is IsolationImage: the pod has nothing of any host mounted
+// Capabilities reports IsolationImage: the pod has nothing of any host mounted
 // (berth mounts only its own volumes: an emptyDir, a claim, /dev/shm).
-func (b *Backend) Isolation() backend.Isolation { return backend.IsolationImage }
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{Isolation: backend.IsolationImage}
+}
 
 // New loads the client configuration, sweeps what crashed berths left in
 // the namespace (once per process), and finds the key's pod — reattaching

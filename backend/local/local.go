@@ -153,30 +153,22 @@ func (l *Local) Start(ctx context.Context, spec backend.ProcSpec) (backend.Proce
 	return p, nil
 }
 
-// NativeFS implements backend.NativeFS: the environment is this machine's
-// filesystem, seen as the user berth runs as. Under workspace confinement
-// it reports false, so that the file tools write through the confined
-// shell, never from berth's own unconfined process.
-func (l *Local) NativeFS() bool { return l.sb == nil }
-
-// Isolation implements backend.Isolator: IsolationWorkspace when the kernel
-// confines the environment's writes (and no daemon can write for it over a
-// unix socket), else IsolationNone.
-func (l *Local) Isolation() backend.Isolation {
-	if l.sb != nil && l.sb.isolated {
-		return backend.IsolationWorkspace
-	}
-	return backend.IsolationNone
-}
-
-// Confinement implements backend.Confiner: what the kernel enforces on this
-// environment (the zero value when it is not confined).
-func (l *Local) Confinement() backend.Confinement {
+// Capabilities implements backend.Capable. Unconfined, the environment is
+// this machine's filesystem seen as the user berth runs as (NativeFS).
+// Under workspace confinement NativeFS is false, so that the file tools
+// write through the confined shell, never from berth's own unconfined
+// process; the isolation is IsolationWorkspace when the kernel confines
+// the environment's writes (and no daemon can write for it over a unix
+// socket), with what the kernel enforces in Confinement.
+func (l *Local) Capabilities() backend.Capabilities {
 	if l.sb == nil {
-		return backend.Confinement{}
+		return backend.Capabilities{NativeFS: true}
 	}
-	c := l.sb.conf
-	c.Writable = slices.Clone(c.Writable)
+	c := backend.Capabilities{Confinement: l.sb.conf}
+	c.Confinement.Writable = slices.Clone(c.Confinement.Writable)
+	if l.sb.isolated {
+		c.Isolation = backend.IsolationWorkspace
+	}
 	return c
 }
 
@@ -190,8 +182,6 @@ func (l *Local) TempDir() string {
 }
 
 var (
-	_ backend.Backend  = (*Local)(nil)
-	_ backend.NativeFS = (*Local)(nil)
-	_ backend.Isolator = (*Local)(nil)
-	_ backend.Confiner = (*Local)(nil)
+	_ backend.Backend = (*Local)(nil)
+	_ backend.Capable = (*Local)(nil)
 )

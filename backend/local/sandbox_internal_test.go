@@ -50,7 +50,7 @@ func TestFallbacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close(context.Background())
-	if l.sb != nil || backend.IsolationOf(l) != backend.IsolationNone || !l.NativeFS() {
+	if c := l.Capabilities(); l.sb != nil || c.Isolation != backend.IsolationNone || !c.NativeFS {
 		t.Fatal("fallback off: the environment claims confinement")
 	}
 	if !strings.Contains(logs, "UNCONFINED") || !strings.Contains(logs, missing) {

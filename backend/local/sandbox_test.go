@@ -307,7 +307,7 @@ func TestWorkspaceKillMinusOne(t *testing.T) {
 	}
 	// kill -9 -1 unconfined ends every process the user may signal on
 	// this machine (as root: all of them). Never without the guard.
-	if c, ok := env.Backend().(backend.Confiner); !ok || !c.Confinement().Signals || backend.IsolationOf(env.Backend()) != backend.IsolationWorkspace {
+	if c := backend.CapabilitiesOf(env.Backend()); !c.Confinement.Signals || c.Isolation != backend.IsolationWorkspace {
 		t.Fatal("the environment does not confine signals: refusing to run kill -9 -1")
 	}
 	// Through the environment itself: the approvals floor refuses this
@@ -396,10 +396,11 @@ func TestWorkspaceReportsConfinement(t *testing.T) {
 	if tmp == "" {
 		t.Fatal("no private temporary directory")
 	}
-	if got := backend.IsolationOf(be); got != backend.IsolationWorkspace {
-		t.Fatalf("isolation %v", got)
+	caps := be.Capabilities()
+	if caps.Isolation != backend.IsolationWorkspace {
+		t.Fatalf("isolation %v", caps.Isolation)
 	}
-	c := be.Confinement()
+	c := caps.Confinement
 	for _, want := range []string{ws, extra, tmp} {
 		if !slices.Contains(c.Writable, want) {
 			t.Errorf("Writable %q lacks %s", c.Writable, want)
@@ -408,7 +409,7 @@ func TestWorkspaceReportsConfinement(t *testing.T) {
 	if !c.Signals || c.Network != "loopback" {
 		t.Errorf("Confinement %+v", c)
 	}
-	if be.NativeFS() {
+	if caps.NativeFS {
 		t.Error("NativeFS under confinement: the file tools would write from berth's own process")
 	}
 	out, code, err := backend.Output(context.Background(), be, backend.ProcSpec{Argv: []string{"sh", "-c", `echo "$TMPDIR"; touch "$TMPDIR/x"`}}, nil, 0)
@@ -430,7 +431,7 @@ func TestWorkspaceReportsConfinement(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer open.Close(context.Background())
-	if backend.IsolationOf(open) != backend.IsolationNone || open.NativeFS() {
+	if c := open.Capabilities(); c.Isolation != backend.IsolationNone || c.NativeFS {
 		t.Fatal("with local_sandbox_unix_sockets: true the backend claims isolation, or writes natively")
 	}
 
@@ -438,7 +439,7 @@ func TestWorkspaceReportsConfinement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if backend.IsolationOf(off) != backend.IsolationNone || !off.NativeFS() || off.Confinement().Writable != nil {
+	if c := off.Capabilities(); c.Isolation != backend.IsolationNone || !c.NativeFS || c.Confinement.Writable != nil {
 		t.Fatal("mode off reports confinement")
 	}
 }
@@ -515,7 +516,7 @@ func TestConformanceWorkspace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if backend.IsolationOf(be) != backend.IsolationWorkspace {
+		if backend.CapabilitiesOf(be).Isolation != backend.IsolationWorkspace {
 			t.Fatal("not confined")
 		}
 		t.Cleanup(func() { be.Close(context.Background()) })

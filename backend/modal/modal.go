@@ -131,13 +131,15 @@ var (
 	_ backend.Recreator    = (*Backend)(nil)
 	_ backend.SessionEnver = (*Backend)(nil)
 	_ backend.FileWriter   = (*Backend)(nil)
-	_ backend.Isolator     = (*Backend)(nil)
+	_ backend.Capable      = (*Backend)(nil)
 	_ backend.Renewer      = (*Backend)(nil)
 )
 
-// Isolation is IsolationImage: a Modal sandbox runs on the provider's machines with
+// Capabilities reports IsolationImage: a Modal sandbox runs on the provider's machines with
 // nothing of this host mounted.
-func (b *Backend) Isolation() backend.Isolation { return backend.IsolationImage }
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{Isolation: backend.IsolationImage}
+}
 
 // logger is the options' logger, else slog's default.
 // getenv is the options' lookup, else the process environment.

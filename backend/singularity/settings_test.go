@@ -189,7 +189,7 @@ func TestIsolationFollowsBinds(t *testing.T) {
 		{[]string{"/home/dev:/home/dev"}, backend.IsolationNone},
 	} {
 		b := &Backend{set: &settings{binds: tc.binds}}
-		if got := b.Isolation(); got != tc.want {
+		if got := b.Capabilities().Isolation; got != tc.want {
 			t.Errorf("binds %q: isolation %s, want %s", tc.binds, got, tc.want)
 		}
 	}

@@ -123,11 +123,15 @@ func init() {
 // ErrClosed is returned by Start after Close.
 var ErrClosed = errors.New("singularity: backend closed")
 
-// Isolation is IsolationImage for an instance started --containall with
+// Capabilities reports IsolationImage for an instance started --containall with
 // no host directory bound in, IsolationNone when singularity_binds or
 // singularity_mount_cwd_to_workspace bind one: a command there reaches the
 // host's files as the user berth runs as.
-func (b *Backend) Isolation() backend.Isolation {
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{Isolation: b.isolation()}
+}
+
+func (b *Backend) isolation() backend.Isolation {
 	if len(b.set.binds) > 0 {
 		return backend.IsolationNone
 	}
