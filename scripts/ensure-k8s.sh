@@ -183,7 +183,7 @@ if [[ $cmd == down ]]; then
 	stop controller-manager
 	stop apiserver
 	stop etcd
-	for d in /var/lib/kubelet /var/lib/cni; do
+	for d in /var/lib/kubelet /var/lib/cni /run/containerd; do
 		[[ -f $S/created-mountpoints ]] && grep -qx "$d" "$S/created-mountpoints" && rmdir "$d" 2>/dev/null || true
 	done
 	rm -rf "$S"
@@ -423,6 +423,11 @@ waitfor() { # component seconds test...: fails early when the component exits
 	return 1
 }
 
+own_mount_ns() { # pid: its mount namespace is not this script's
+	local theirs
+	theirs=$(readlink "/proc/$1/ns/mnt" 2>/dev/null) && [[ $theirs != "$(readlink /proc/self/ns/mnt)" ]]
+}
+
 fail_with_log() { # component message
 	tail -n 30 "$S/log/$1.log" >&2 2>/dev/null || true
 	die "$2 (log: $S/log/$1.log)"
@@ -535,8 +540,9 @@ if ! node_whole; then
 		stop_node
 	fi
 	say "starting the node (private mount namespace, containerd, kubelet, provisioner)"
-	# Mount points for the bind mounts below; noted so down removes them.
-	for d in /var/lib/kubelet /var/lib/cni; do
+	# Mount points for the mounts below (a machine without a containerd
+	# service of its own has no /run/containerd); noted so down removes them.
+	for d in /var/lib/kubelet /var/lib/cni /run/containerd; do
 		if [[ ! -e $d ]]; then
 			mkdir -p "$d"
 			echo "$d" >>"$S/created-mountpoints"
@@ -545,9 +551,10 @@ if ! node_whole; then
 	# The namespace's anchor: a process that only waits.
 	launch node unshare --mount --propagation slave sleep infinity
 	ns=$(cat "$S/run/node.pid")
-	# unshare forks nothing with --mount alone, but give it a moment to exec.
-	waitfor node 5 test "$(readlink "/proc/$ns/ns/mnt" 2>/dev/null)" != "$(readlink /proc/self/ns/mnt)" ||
-		die "the node's mount namespace did not appear"
+	# unshare forks nothing with --mount alone, but give it a moment to
+	# unshare: the namespaces are read anew on every try (arguments to
+	# waitfor would be read once, before unshare may have run).
+	waitfor node 5 own_mount_ns "$ns" || die "the node's mount namespace did not appear"
 	nsenter --mount --target "$ns" -- bash -euc '
 		S=$1
 		mount --make-rshared /
