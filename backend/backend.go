@@ -207,6 +207,13 @@ type Confinement struct {
 	// (the workspace, the environment's temporary directory, paths the
 	// user listed); everything else is read-only to them.
 	Writable []string
+	// Protected are paths inside the Writable trees that the kernel keeps
+	// read-only all the same (berth's own home and configuration, a
+	// repository's .git/hooks and .git/config), however a command spells
+	// or assembles the path. A path of that kind that is not listed here is
+	// not protected by the kernel, and the approval gate keeps asking about
+	// writes to it.
+	Protected []string
 	// Signals is true when the commands cannot signal processes outside
 	// the environment.
 	Signals bool
