@@ -27,6 +27,10 @@
 //     into a new one before it ends; the session asks between commands,
 //     and restarts its shell (cwd and exported variables restored) after a
 //     carry-over.
+//   - [Checkpointer]: the environment's files can be copied into a
+//     [Checkpoint] that outlives it, and a new environment made from one
+//     (Options.From): fork, checkpoint and restore. [Relocator] maps paths
+//     when the copy lives elsewhere; Registration.Checkpoints removes them.
 //   - [FileWriter]: a native file API (Docker's archive endpoint, SFTP, a
 //     provider's upload call). write_file sends the bytes through it; a path
 //     it cannot serve is declined with [ErrUnsupported] and the shell takes
@@ -242,6 +246,14 @@ type Capabilities struct {
 	// and write with the os package instead of going through the shell.
 	// It implies the backend's Registration.HostFS.
 	NativeFS bool
+	// Checkpoint says, in a few words, how the environment's files are
+	// checkpointed (and so forked and restored) when the backend
+	// implements Checkpointer and can do it for this environment: "docker
+	// commit of the writable layer, volumes copied", "workspace copied with
+	// reflinks". "" when it cannot, with NoCheckpoint saying why, for the
+	// error berth gives and for berth doctor.
+	Checkpoint   string
+	NoCheckpoint string
 }
 
 // Capable is implemented by backends that report their Capabilities. The

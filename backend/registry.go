@@ -30,6 +30,11 @@ type Options struct {
 	// Progress, when not nil, hears about long set-up steps (Begin); the
 	// CLI shows them on a terminal. Nil means no one is watching.
 	Progress func(Event)
+	// From, when not nil, asks for a new environment that starts with the
+	// files of this checkpoint (a fork, or a restore) instead of the
+	// image's or the workspace's own. Only a backend that implements
+	// Checkpointer is given one, and only a checkpoint it made.
+	From *Checkpoint
 }
 
 // Log is the logger the backend reports to: Logger, or slog.Default()
@@ -76,6 +81,10 @@ type Registration struct {
 	// directory joined with it (the daemon resolves it so before any
 	// environment exists). Container and remote backends leave it false.
 	HostFS bool
+	// Checkpoints removes the checkpoints the backend keeps (berth env rm
+	// of a checkpoint, a bound past which the oldest goes). Nil for
+	// backends that cannot checkpoint.
+	Checkpoints CheckpointAdmin
 }
 
 // EnvInfo describes an environment a backend keeps (berth env ls).
