@@ -37,14 +37,47 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestInternal runs the daytona-only tests against the kind fake. Some
-// stand in for another berth by changing the owner mark this process
-// labels sandboxes with, so no other test of the package runs beside them.
+// TestInternal runs the daytona-only tests against the kind fake. Those in
+// sequentialInternal run first, one at a time: some stand in for another
+// berth by changing the owner mark this process labels sandboxes with (no
+// other test of the package runs beside TestInternal), one lists and
+// prunes the fake's sandboxes, one counts every call the fake gets. The
+// rest, each on sandboxes of its own, run side by side: they mostly wait
+// on the fake.
 func TestInternal(t *testing.T) {
+	names := map[string]bool{}
+	for _, c := range internalTests {
+		names[c.name] = true
+	}
+	for n := range sequentialInternal {
+		if !names[n] {
+			t.Fatalf("sequentialInternal names %s, which is no internal test", n)
+		}
+	}
 	fake := daytonafake.Start(t)
 	for _, c := range internalTests {
-		t.Run(c.name, func(t *testing.T) { c.fn(t, fake) })
+		if sequentialInternal[c.name] {
+			t.Run(c.name, func(t *testing.T) { c.fn(t, fake) })
+		}
 	}
+	for _, c := range internalTests {
+		if !sequentialInternal[c.name] {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				c.fn(t, fake)
+			})
+		}
+	}
+}
+
+// sequentialInternal names the internal tests that must run alone.
+var sequentialInternal = map[string]bool{
+	"CrashedOwnersSandboxesCleaned":      true,
+	"ReattachedByLiveBerthSurvivesSweep": true,
+	"KilledReattachersSandboxStopped":    true,
+	"RefusedRelabelWarnsAndCarriesOn":    true,
+	"EnvAdminListRemovePrune":            true,
+	"TrivialCommandIsOneRoundTrip":       true,
 }
 
 // target is the suite's factory and options on fake.

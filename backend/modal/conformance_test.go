@@ -25,6 +25,8 @@ import (
 // runs in the full tier only, everything but the cases about berth's own
 // shell code (the sandbox's shell is the same).
 func TestConformance(t *testing.T) {
+	// Beside the fault tests on fakes of their own: all mostly wait.
+	t.Parallel()
 	backendtest.Run(t, Name, backendtest.Config{Setup: func(t *testing.T) backendtest.Target {
 		return target(newFixtureWith(t, modalfake.Realistic()))
 	}}, backendtest.Config{
