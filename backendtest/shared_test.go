@@ -111,3 +111,14 @@ func TestConfigNamesChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestTier: BERTH_TEST_TIER=all selects the full tier; unset or default
+// does not.
+func TestTier(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "default": false, "all": true} {
+		t.Setenv(TierVar, v)
+		if got := fullTier(t); got != want {
+			t.Errorf("%s=%q: full tier %v, want %v", TierVar, v, got, want)
+		}
+	}
+}
