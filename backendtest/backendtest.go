@@ -19,6 +19,23 @@
 //     the kept directory survives Close.
 //   - Internal: the backend's own extras (Options.Internal).
 //
+// Environments are shared, shells are not (rclone's one remote with a fresh
+// directory per case): each group gets one environment from the factory (a
+// container, a pod, a sandbox, a connection), closed at the group's end,
+// and each case runs over it in its own session (a fresh
+// terminal.Environment, a new shell) with its own scratch directory and its
+// own tag in the sleeps and needles it starts, looks for and kills; what a
+// case closes is a handle, not the group's environment. The few cases that
+// must own their environment (they close the backend, or follow an
+// environment through its end) are marked freshEnv and build their own.
+// Each run logs how many environments it created and fails above
+// MaxEnvironments.
+//
+// A backend declares its configurations in one table (Config): the primary
+// one runs the whole suite; secondary ones (another transport, another
+// mode, another fake) run the groups they can change, some only in the
+// full tier (TierVar).
+//
 // The suite needs a POSIX sh and busybox-level tools (sleep, cat, head,
 // tr, wc, kill, setsid, mkdir, mktemp, stat, sha256sum, ln, chmod) inside
 // the environment, a writable /tmp and $HOME, and /proc.
@@ -34,6 +51,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -63,65 +81,73 @@ type Options struct {
 	// Internal runs the backend's own tests inside the suite (rclone's
 	// InternalTester), as the "Internal" group.
 	Internal func(t *testing.T)
-	// Only, when set, selects the tests to run by name ("Group/Test", or
-	// the group's name for Files, FileWriter, Persistence and Internal):
-	// for a second run of part of the suite on another configuration of
-	// the same backend. Tests it rejects are not run at all.
-	Only func(name string) bool
 }
 
-// ShellOnly reports whether the named test ("Group/Test") is about berth's
-// own shell code and approval gate rather than the backend beneath them:
-// shell options and hijacked names the session's code must survive, and
-// nesting the gate refuses before anything runs. The same shell in the
-// same image answers them the same over any transport, so a second run of
-// the suite on another configuration of one backend (an unkind fake,
-// another protocol) may leave them out: Only: func(n string) bool { return
-// !backendtest.ShellOnly(n) }.
-func ShellOnly(name string) bool { return shellOnly[name] }
-
-// shellOnly is ShellOnly's set; Run checks that the suite has each.
+// shellOnly names the tests about berth's own shell code and approval gate
+// rather than the backend beneath them: shell options and hijacked names
+// the session's code must survive, and nesting the gate refuses before
+// anything runs. The same shell in the same image answers them the same
+// over any transport, so a secondary configuration leaves them out unless
+// it sets Config.ShellTests. Run checks that the suite has each.
 var shellOnly = map[string]bool{
 	"Hardening/ShellStateImmunity":   true,
 	"Hardening/HijackedBuiltinNames": true,
 	"Hardening/DeepNestingRefused":   true,
 }
 
-// runTag makes the sleep durations the tests look for unique to this test
-// process: suites for different backends may run at once on one host (the
-// local and ssh suites both run their commands on this machine), and must
-// not count or kill each other's processes.
-var runTag = func() string {
-	var b [3]byte
-	rand.Read(b[:])
-	return fmt.Sprintf("%06d", (int(b[0])<<16|int(b[1])<<8|int(b[2]))%1000000)
-}()
-
-// Suite holds what the tests share.
-type Suite struct {
-	f    func(testing.TB) backend.Backend
-	opts Options
+// namedTest is one case of a group. fresh says the case must own its
+// environment (it closes the backend, or counts on one that no other case
+// has used); every other case runs over its group's shared environment.
+type namedTest struct {
+	name  string
+	fn    func(*Suite, *testing.T)
+	fresh bool
 }
 
-// Run runs every conformance group against the backends built by f, which
-// builds a fresh backend (a fresh environment) for one test and registers
-// its cleanup with t.Cleanup.
-func Run(t *testing.T, f func(t testing.TB) backend.Backend, opts Options) {
-	if opts.Grace <= 0 {
-		opts.Grace = time.Second
+// The values of namedTest.fresh, so that each case's line says which.
+const (
+	sharedEnv = false // runs over its group's environment
+	freshEnv  = true  // owns its environments
+)
+
+// Suite is what one case of the suite sees: its configuration's options,
+// the backend it runs on and its own tag.
+type Suite struct {
+	opts Options
+	// newBackend builds a backend for a fresh environment (the
+	// configuration's factory, counted).
+	newBackend func(testing.TB) backend.Backend
+	// shared is the group's environment the case runs over; nil for a case
+	// that owns its environments (fresh), which s.f builds anew.
+	shared backend.Backend
+	// tag makes the sleep durations and needles the case looks for unique
+	// to the case: cases share an environment, suites for different
+	// backends may run at once on one host (the local and ssh suites both
+	// run their commands on this machine), and no case may count or kill
+	// another's processes.
+	tag string
+}
+
+// f returns the backend a case runs on: a handle on the group's shared
+// environment (whose Close ends the handle only), or, for a fresh case, a
+// backend for a new environment of its own, closed with t.
+func (s *Suite) f(t testing.TB) backend.Backend {
+	if s.shared == nil {
+		return s.newBackend(t)
 	}
-	if opts.Scratch == "" {
-		opts.Scratch = "/tmp"
-	}
-	if opts.KeptDir == "" {
-		opts.KeptDir = "$HOME"
-	}
-	s := &Suite{f: f, opts: opts}
-	selected := func(name string) bool { return opts.Only == nil || opts.Only(name) }
-	group := func(t *testing.T, name string, tests []namedTest) {
+	return share(s.shared)
+}
+
+// run runs the groups whose names ("Group" or "Group/Test") sel accepts.
+// Each group of cases gets one environment from the factory, closed at the
+// group's end; each case gets its own session over it (a fresh
+// terminal.Environment), its own scratch directory and its own tag. A case
+// marked fresh builds its own environments instead.
+func (s *Suite) run(t *testing.T, sel func(string) bool) {
+	group := func(name string, tests []namedTest) {
 		var run []namedTest
 		for _, c := range tests {
-			if selected(name + "/" + c.name) {
+			if sel(name + "/" + c.name) {
 				run = append(run, c)
 			}
 		}
@@ -129,42 +155,38 @@ func Run(t *testing.T, f func(t testing.TB) backend.Backend, opts Options) {
 			return
 		}
 		t.Run(name, func(t *testing.T) {
+			// One environment for the group, built before its first case
+			// and closed after its last (t's cleanup).
+			var shared backend.Backend
 			for _, c := range run {
-				t.Run(c.name, c.fn)
+				if !c.fresh {
+					shared = s.newBackend(t)
+					break
+				}
+			}
+			for _, c := range run {
+				t.Run(c.name, func(t *testing.T) {
+					cs := &Suite{opts: s.opts, newBackend: s.newBackend, tag: newTag()}
+					if !c.fresh {
+						cs.shared = shared
+					}
+					c.fn(cs, t)
+				})
 			}
 		})
 	}
-	groups := []struct {
-		name  string
-		tests []namedTest
-	}{
-		{"Process", s.processTests()},
-		{"Terminal", s.terminalTests()},
-		{"Background", s.backgroundTests()},
-		{"Hardening", s.hardeningTests()},
+	for _, g := range suiteGroups() {
+		group(g.name, g.tests)
 	}
-	have := map[string]bool{}
-	for _, g := range groups {
-		for _, c := range g.tests {
-			have[g.name+"/"+c.name] = true
-		}
-	}
-	for n := range shellOnly {
-		if !have[n] {
-			t.Fatalf("backendtest.ShellOnly names %s, which the suite does not have", n)
-		}
-	}
-	for _, g := range groups {
-		group(t, g.name, g.tests)
-	}
-	if selected("Files") {
+	if sel("Files") {
 		t.Run("Files", func(t *testing.T) {
-			RunFiles(t, s.env(t))
+			cs := &Suite{opts: s.opts, newBackend: s.newBackend, tag: newTag()}
+			RunFiles(t, cs.env(t))
 		})
 	}
-	if selected("FileWriter") {
+	if sel("FileWriter") {
 		t.Run("FileWriter", func(t *testing.T) {
-			be := f(t)
+			be := s.newBackend(t)
 			fw, ok := be.(backend.FileWriter)
 			if !ok {
 				t.Skipf("%s does not implement backend.FileWriter", be.Name())
@@ -172,50 +194,95 @@ func Run(t *testing.T, f func(t testing.TB) backend.Backend, opts Options) {
 			s.fileWriterTests(t, be, fw)
 		})
 	}
-	if selected("Persistence") {
+	if sel("Persistence") {
 		t.Run("Persistence", func(t *testing.T) {
-			if opts.Reopen == nil {
+			if s.opts.Reopen == nil {
 				t.Skip("the backend keeps no environments (Options.Reopen is nil)")
 			}
-			for _, c := range s.persistenceTests() {
-				t.Run(c.name, c.fn)
+			for _, c := range persistenceTests() {
+				if sel("Persistence/" + c.name) {
+					t.Run(c.name, func(t *testing.T) {
+						c.fn(&Suite{opts: s.opts, newBackend: s.newBackend, tag: newTag()}, t)
+					})
+				}
 			}
 		})
 	}
-	if opts.Internal != nil && selected("Internal") {
-		t.Run("Internal", opts.Internal)
+	if s.opts.Internal != nil && sel("Internal") {
+		t.Run("Internal", s.opts.Internal)
+	}
+}
+
+// suiteGroups are the groups of cases, in the order they run, ahead of
+// Files, FileWriter, Persistence and Internal.
+func suiteGroups() []struct {
+	name  string
+	tests []namedTest
+} {
+	return []struct {
+		name  string
+		tests []namedTest
+	}{
+		{"Process", processTests()},
+		{"Terminal", terminalTests()},
+		{"Background", backgroundTests()},
+		{"Hardening", hardeningTests()},
+	}
+}
+
+// tags holds the tags given out in this process, so that no two cases
+// share one.
+var tags = struct {
+	sync.Mutex
+	used map[string]bool
+}{used: map[string]bool{}}
+
+// newTag returns a tag no other case of this process has: six random
+// digits, so that a sleep of "1001"+tag seconds stays a number every sleep
+// reads.
+func newTag() string {
+	tags.Lock()
+	defer tags.Unlock()
+	for {
+		var b [3]byte
+		rand.Read(b[:])
+		tag := fmt.Sprintf("%06d", (int(b[0])<<16|int(b[1])<<8|int(b[2]))%1000000)
+		if !tags.used[tag] {
+			tags.used[tag] = true
+			return tag
+		}
 	}
 }
 
 // terminalTests are the persistent session's behaviours through the
 // terminal tool.
-func (s *Suite) terminalTests() []namedTest {
+func terminalTests() []namedTest {
 	return []namedTest{
-		{"ExitCodeAndMergedOutput", s.testExitCodeAndMergedOutput},
-		{"CwdReportedAndPersists", s.testCwd},
-		{"StatePersists", s.testStatePersists},
-		{"Workdir", s.testWorkdir},
-		{"DeletedCwdFallsBack", s.testDeletedCwd},
-		{"NoTrailingNewline", s.testNoTrailingNewline},
-		{"MarkerLookalikes", s.testMarkerLookalikes},
-		{"Heredoc", s.testHeredoc},
-		{"MultiLine", s.testMultiLine},
-		{"SyntaxErrors", s.testSyntaxErrors},
-		{"StdinDefaultsToDevNull", s.testStdinDevNull},
-		{"StdinData", s.testStdinData},
-		{"Pagers", s.testPagers},
-		{"ShellEndingCommands", s.testShellEnding},
-		{"TimeoutKillsTree", s.testTimeoutKillsTree},
-		{"TimeoutBuiltinLoop", s.testTimeoutBuiltinLoop},
-		{"Interrupt", s.testInterrupt},
-		{"DetachedChildrenDoNotHang", s.testDetached},
-		{"BinaryOutput", s.testBinaryOutput},
-		{"UTF8Output", s.testUTF8},
-		{"ANSIStripped", s.testANSI},
-		{"SecretsRedacted", s.testRedaction},
-		{"LongSingleLine", s.testLongLine},
-		{"HugeOutputTruncated", s.testHugeOutput},
-		{"ExitCodeMeaning", s.testExitCodeMeaning},
+		{"ExitCodeAndMergedOutput", (*Suite).testExitCodeAndMergedOutput, sharedEnv},
+		{"CwdReportedAndPersists", (*Suite).testCwd, sharedEnv},
+		{"StatePersists", (*Suite).testStatePersists, sharedEnv},
+		{"Workdir", (*Suite).testWorkdir, sharedEnv},
+		{"DeletedCwdFallsBack", (*Suite).testDeletedCwd, sharedEnv},
+		{"NoTrailingNewline", (*Suite).testNoTrailingNewline, sharedEnv},
+		{"MarkerLookalikes", (*Suite).testMarkerLookalikes, sharedEnv},
+		{"Heredoc", (*Suite).testHeredoc, sharedEnv},
+		{"MultiLine", (*Suite).testMultiLine, sharedEnv},
+		{"SyntaxErrors", (*Suite).testSyntaxErrors, sharedEnv},
+		{"StdinDefaultsToDevNull", (*Suite).testStdinDevNull, sharedEnv},
+		{"StdinData", (*Suite).testStdinData, sharedEnv},
+		{"Pagers", (*Suite).testPagers, sharedEnv},
+		{"ShellEndingCommands", (*Suite).testShellEnding, sharedEnv},
+		{"TimeoutKillsTree", (*Suite).testTimeoutKillsTree, sharedEnv},
+		{"TimeoutBuiltinLoop", (*Suite).testTimeoutBuiltinLoop, sharedEnv},
+		{"Interrupt", (*Suite).testInterrupt, sharedEnv},
+		{"DetachedChildrenDoNotHang", (*Suite).testDetached, sharedEnv},
+		{"BinaryOutput", (*Suite).testBinaryOutput, sharedEnv},
+		{"UTF8Output", (*Suite).testUTF8, sharedEnv},
+		{"ANSIStripped", (*Suite).testANSI, sharedEnv},
+		{"SecretsRedacted", (*Suite).testRedaction, sharedEnv},
+		{"LongSingleLine", (*Suite).testLongLine, sharedEnv},
+		{"HugeOutputTruncated", (*Suite).testHugeOutput, sharedEnv},
+		{"ExitCodeMeaning", (*Suite).testExitCodeMeaning, sharedEnv},
 	}
 }
 
@@ -510,7 +577,7 @@ func (s *Suite) testTimeoutKillsTree(t *testing.T) {
 	e := s.env(t)
 	expect(t, e, cmd("export KEPT=1; cd /"), "", 0)
 	start := time.Now()
-	r := run(t, e, terminal.Request{Command: "echo started; sleep 1001" + runTag + " & sh -c 'sleep 1001" + runTag + " & sleep 1001" + runTag + "'; sleep 1001" + runTag, Timeout: 1})
+	r := run(t, e, terminal.Request{Command: "echo started; sleep 1001" + s.tag + " & sh -c 'sleep 1001" + s.tag + " & sleep 1001" + s.tag + "'; sleep 1001" + s.tag, Timeout: 1})
 	elapsed := time.Since(start)
 	want := "started\n[Command timed out after 1s]"
 	if r.Output != want || r.ExitCode != 124 {
@@ -521,15 +588,15 @@ func (s *Suite) testTimeoutKillsTree(t *testing.T) {
 	if elapsed > hangGuard {
 		t.Errorf("timeout call took %v: the timeout waited for the command instead of killing it", elapsed)
 	}
-	expect(t, e, cmd(countProcs("1001"+runTag)), "0", 0)
+	expect(t, e, cmd(countProcs("1001"+s.tag)), "0", 0)
 	expect(t, e, cmd("echo $KEPT; pwd"), "1\n/", 0)
 
 	// A command that ignores TERM is killed after the grace period.
-	r = run(t, e, terminal.Request{Command: "trap '' TERM; sh -c \"trap '' TERM; sleep 1002" + runTag + "\" & sleep 1002" + runTag, Timeout: 1})
+	r = run(t, e, terminal.Request{Command: "trap '' TERM; sh -c \"trap '' TERM; sleep 1002" + s.tag + "\" & sleep 1002" + s.tag, Timeout: 1})
 	if r.ExitCode != 124 {
 		t.Fatalf("TERM-ignoring command: exit %d, want 124", r.ExitCode)
 	}
-	expect(t, e, cmd(countProcs("1002"+runTag)), "0", 0)
+	expect(t, e, cmd(countProcs("1002"+s.tag)), "0", 0)
 }
 
 func (s *Suite) testTimeoutBuiltinLoop(t *testing.T) {
@@ -545,25 +612,25 @@ func (s *Suite) testInterrupt(t *testing.T) {
 	e := s.env(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancelled := make(chan time.Time, 1)
-	whenRunning(e, "1003"+runTag, func() { cancelled <- time.Now(); cancel() })
-	r := e.Run(ctx, terminal.Request{Command: "echo begin; sleep 1003" + runTag, Timeout: 60})
+	whenRunning(e, "1003"+s.tag, func() { cancelled <- time.Now(); cancel() })
+	r := e.Run(ctx, terminal.Request{Command: "echo begin; sleep 1003" + s.tag, Timeout: 60})
 	if r.Output != "begin\n[Command interrupted]" || r.ExitCode != 130 {
 		t.Fatalf("interrupt: got %q exit %d", r.Output, r.ExitCode)
 	}
 	if d := time.Since(<-cancelled); d > hangGuard {
 		t.Errorf("interrupt took %v: it waited for the command instead of killing it", d)
 	}
-	expect(t, e, cmd(countProcs("1003"+runTag)), "0", 0)
+	expect(t, e, cmd(countProcs("1003"+s.tag)), "0", 0)
 	expect(t, e, cmd("echo alive"), "alive", 0)
 }
 
 func (s *Suite) testDetached(t *testing.T) {
 	e := s.env(t)
 	t.Cleanup(func() {
-		e.Run(context.Background(), cmd(killProcs("1004"+runTag)))
-		e.Run(context.Background(), cmd(killProcs("1005"+runTag)))
+		e.Run(context.Background(), cmd(killProcs("1004"+s.tag)))
+		e.Run(context.Background(), cmd(killProcs("1005"+s.tag)))
 	})
-	for _, c := range []string{"setsid sleep 1004" + runTag + " & disown", "cd / && sleep 1005" + runTag + " &", "sleep 1004" + runTag + " &"} {
+	for _, c := range []string{"setsid sleep 1004" + s.tag + " & disown", "cd / && sleep 1005" + s.tag + " &", "sleep 1004" + s.tag + " &"} {
 		start := time.Now()
 		r := run(t, e, terminal.Request{Command: c, Timeout: 20})
 		// A call the background child held would end at its timeout (exit

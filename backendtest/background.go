@@ -20,31 +20,27 @@ import (
 )
 
 // backgroundTests are the process tool and lifecycle behaviours.
-func (s *Suite) backgroundTests() []namedTest {
+func backgroundTests() []namedTest {
 	return []namedTest{
-		{"BackgroundStartAndWait", s.testBackgroundStartWait},
-		{"BackgroundInheritsSessionState", s.testBackgroundState},
-		{"BackgroundSessionStaysFree", s.testBackgroundSessionFree},
-		{"BackgroundExitedWhileChildHoldsOutput", s.testBackgroundChildHoldsPipe},
-		{"BackgroundStdin", s.testBackgroundStdin},
-		{"BackgroundKillTree", s.testBackgroundKill},
-		{"BackgroundPTY", s.testBackgroundPTY},
-		{"BackgroundLogListAndIDs", s.testBackgroundLogList},
-		{"LongForegroundTimeoutGoesBackground", s.testForegroundPromotion},
-		{"ConcurrentFirstCallsMakeOneEnvironment", s.testConcurrentFirstCalls},
-		{"IdleEnvironmentSwept", s.testIdleSweep},
-		{"OnTimeoutBackground", s.testOnTimeoutBackground},
-		{"DetachForeground", s.testDetachForeground},
+		{"BackgroundStartAndWait", (*Suite).testBackgroundStartWait, sharedEnv},
+		{"BackgroundInheritsSessionState", (*Suite).testBackgroundState, sharedEnv},
+		{"BackgroundSessionStaysFree", (*Suite).testBackgroundSessionFree, sharedEnv},
+		{"BackgroundExitedWhileChildHoldsOutput", (*Suite).testBackgroundChildHoldsPipe, sharedEnv},
+		{"BackgroundStdin", (*Suite).testBackgroundStdin, sharedEnv},
+		{"BackgroundKillTree", (*Suite).testBackgroundKill, sharedEnv},
+		{"BackgroundPTY", (*Suite).testBackgroundPTY, sharedEnv},
+		{"BackgroundLogListAndIDs", (*Suite).testBackgroundLogList, sharedEnv},
+		{"LongForegroundTimeoutGoesBackground", (*Suite).testForegroundPromotion, sharedEnv},
+		{"ConcurrentFirstCallsMakeOneEnvironment", (*Suite).testConcurrentFirstCalls, sharedEnv},
+		{"IdleEnvironmentSwept", (*Suite).testIdleSweep, freshEnv},
+		{"OnTimeoutBackground", (*Suite).testOnTimeoutBackground, sharedEnv},
+		{"DetachForeground", (*Suite).testDetachForeground, sharedEnv},
 	}
 }
 
-type namedTest struct {
-	name string
-	fn   func(*testing.T)
-}
-
-// mgr builds a manager whose environments come from the suite's factory;
-// it counts how many backends it built.
+// mgr builds a manager whose environments are the case's backends (s.f:
+// handles on the group's environment, or environments of the case's own
+// for a fresh case); it counts how many backends it asked for.
 func (s *Suite) mgr(t *testing.T, lifetime int) (*manager.Manager, *atomic.Int32) {
 	t.Helper()
 	cfg := &config.Config{Home: t.TempDir(), Terminal: config.Default().Terminal, MaxOutputChars: 50000}
@@ -144,7 +140,7 @@ func (s *Suite) testBackgroundState(t *testing.T) {
 
 func (s *Suite) testBackgroundSessionFree(t *testing.T) {
 	m, _ := s.mgr(t, 0)
-	r := start(t, m, terminal.Request{Command: "sleep 1007" + runTag})
+	r := start(t, m, terminal.Request{Command: "sleep 1007" + s.tag})
 	begin := time.Now()
 	fg := m.Run(context.Background(), "k", terminal.Request{Command: "echo free"})
 	// The background job sleeps for 1007 s: a session it held would keep
@@ -159,12 +155,12 @@ func (s *Suite) testBackgroundSessionFree(t *testing.T) {
 
 func (s *Suite) testBackgroundChildHoldsPipe(t *testing.T) {
 	m, _ := s.mgr(t, 0)
-	r := start(t, m, terminal.Request{Command: "sh -c '(sleep 1008" + runTag + ") & exit 0'"})
+	r := start(t, m, terminal.Request{Command: "sh -c '(sleep 1008" + s.tag + ") & exit 0'"})
 	w := m.Process(context.Background(), "k", process.Request{Action: "wait", SessionID: r.SessionID, Timeout: 5})
 	if w["status"] != process.Exited {
 		t.Fatalf("process whose child holds the output: %v, want exited", w)
 	}
-	m.Run(context.Background(), "k", terminal.Request{Command: killProcs("1008" + runTag)})
+	m.Run(context.Background(), "k", terminal.Request{Command: killProcs("1008" + s.tag)})
 }
 
 func (s *Suite) testBackgroundStdin(t *testing.T) {
@@ -198,7 +194,7 @@ func (s *Suite) testBackgroundStdin(t *testing.T) {
 
 func (s *Suite) testBackgroundKill(t *testing.T) {
 	m, _ := s.mgr(t, 0)
-	r := start(t, m, terminal.Request{Command: "sleep 1009" + runTag + " & sh -c 'sleep 1009" + runTag + "'; sleep 1009" + runTag})
+	r := start(t, m, terminal.Request{Command: "sleep 1009" + s.tag + " & sh -c 'sleep 1009" + s.tag + "'; sleep 1009" + s.tag})
 	time.Sleep(300 * time.Millisecond)
 	if k := do(m, r.SessionID, "kill"); k["status"] != "killed" {
 		t.Fatalf("kill: %v", k)
@@ -206,7 +202,7 @@ func (s *Suite) testBackgroundKill(t *testing.T) {
 	if p := do(m, r.SessionID, "poll"); p["status"] != process.Exited {
 		t.Fatalf("poll after kill: %v", p)
 	}
-	fg := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("1009" + runTag)})
+	fg := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("1009" + s.tag)})
 	if fg.Output != "0" {
 		t.Fatalf("%s processes of the killed tree still running", fg.Output)
 	}
@@ -319,12 +315,12 @@ func (s *Suite) testIdleSweep(t *testing.T) {
 	if r := m.Run(ctx, "idle", terminal.Request{Command: "true"}); r.Error != nil {
 		t.Fatal(*r.Error)
 	}
-	busy := m.Background(ctx, "busy", terminal.Request{Command: "sleep 1010" + runTag, Background: true})
+	busy := m.Background(ctx, "busy", terminal.Request{Command: "sleep 1010" + s.tag, Background: true})
 	if busy.Error != nil {
 		t.Fatal(*busy.Error)
 	}
 	// A shell job (`cmd &`) is work in progress too: sweeping would kill it.
-	if r := m.Run(ctx, "shelljob", terminal.Request{Command: "sleep 1011" + runTag + " >/dev/null 2>&1 &"}); r.Error != nil {
+	if r := m.Run(ctx, "shelljob", terminal.Request{Command: "sleep 1011" + s.tag + " >/dev/null 2>&1 &"}); r.Error != nil {
 		t.Fatal(*r.Error)
 	}
 	want := []string{"busy", "shelljob"}
@@ -418,14 +414,14 @@ func (s *Suite) testOnTimeoutBackground(t *testing.T) {
 	}
 
 	// kill stops a moved command and its whole tree.
-	res = m.Terminal(context.Background(), "k", terminal.Request{Command: "sh -c 'sleep 1012" + runTag + "' & sleep 1012" + runTag, Timeout: 1, OnTimeout: terminal.OnTimeoutBackground})
+	res = m.Terminal(context.Background(), "k", terminal.Request{Command: "sh -c 'sleep 1012" + s.tag + "' & sleep 1012" + s.tag, Timeout: 1, OnTimeout: terminal.OnTimeoutBackground})
 	if r = res.Foreground; r == nil || !r.MovedToBackground {
 		t.Fatalf("second move: %#v", res)
 	}
 	if k := do(m, r.SessionID, "kill"); k["status"] != "killed" {
 		t.Fatalf("kill: %v", k)
 	}
-	if c := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("1012" + runTag)}); c.Output != "0" {
+	if c := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("1012" + s.tag)}); c.Output != "0" {
 		t.Fatalf("%s processes of the killed command still running", c.Output)
 	}
 	if w := do(m, r.SessionID, "poll"); w["status"] != process.Exited {
@@ -433,7 +429,7 @@ func (s *Suite) testOnTimeoutBackground(t *testing.T) {
 	}
 
 	// The default stays kill.
-	r = m.Terminal(context.Background(), "k", terminal.Request{Command: "sleep 1013" + runTag, Timeout: 1}).Foreground
+	r = m.Terminal(context.Background(), "k", terminal.Request{Command: "sleep 1013" + s.tag, Timeout: 1}).Foreground
 	if r == nil || r.MovedToBackground || r.ExitCode != 124 {
 		t.Fatalf("on_timeout default: %+v", r)
 	}
@@ -443,7 +439,7 @@ func (s *Suite) testDetachForeground(t *testing.T) {
 	m, _ := s.mgr(t, 0)
 	got := make(chan terminal.Result, 1)
 	go func() {
-		got <- m.Run(context.Background(), "k", terminal.Request{Command: "echo one; sleep 1014" + runTag + "; echo two", Timeout: 50})
+		got <- m.Run(context.Background(), "k", terminal.Request{Command: "echo one; sleep 1014" + s.tag + "; echo two", Timeout: 50})
 	}()
 	// The running call is listed as a foreground command.
 	var id string
@@ -492,7 +488,7 @@ func (s *Suite) testDetachForeground(t *testing.T) {
 	if k := do(m, id, "kill"); k["status"] != "killed" {
 		t.Fatalf("kill: %v", k)
 	}
-	if c := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("1014" + runTag)}); c.Output != "0" {
+	if c := m.Run(context.Background(), "k", terminal.Request{Command: countProcs("1014" + s.tag)}); c.Output != "0" {
 		t.Fatalf("%s processes of the detached command still running after kill", c.Output)
 	}
 	if d := do(m, id, "detach"); d["error"] == nil {

@@ -20,22 +20,22 @@ import (
 // hardeningTests are the session behaviours of issue 9 (the 2026-11
 // security review and the defects found by trying berth as a new user).
 // Each one failed on 9b4f7fd.
-func (s *Suite) hardeningTests() []namedTest {
+func hardeningTests() []namedTest {
 	return []namedTest{
-		{"RedirectedOutputDoesNotWedge", s.testRedirectsDoNotWedge},
-		{"TimeoutAndInterruptAfterRedirect", s.testStopAfterRedirect},
-		{"CloseInterruptsRunningCommand", s.testCloseInterrupts},
-		{"ShellStateImmunity", s.testShellStateImmunity},
-		{"HijackedBuiltinNames", s.testHijackedNames},
-		{"TimeoutUnderHostileShellState", s.testTimeoutHostileState},
-		{"StdinFileIsPrivate", s.testStdinPrivate},
-		{"DeepNestingRefused", s.testDeepNesting},
-		{"TimeoutKillsEscapedProcesses", s.testTimeoutKillsEscapes},
-		{"InterruptAndCloseKillEscapedProcesses", s.testInterruptCloseKillEscapes},
-		{"BackgroundKillKillsEscapedProcesses", s.testBackgroundKillEscapes},
-		{"OutputCannotForgeFrame", s.testOutputCannotForge},
-		{"CommandNeverReadIsRetried", s.testNeverReadRetried},
-		{"NoInheritedDescriptors", s.testNoInheritedFDs},
+		{"RedirectedOutputDoesNotWedge", (*Suite).testRedirectsDoNotWedge, sharedEnv},
+		{"TimeoutAndInterruptAfterRedirect", (*Suite).testStopAfterRedirect, sharedEnv},
+		{"CloseInterruptsRunningCommand", (*Suite).testCloseInterrupts, sharedEnv},
+		{"ShellStateImmunity", (*Suite).testShellStateImmunity, sharedEnv},
+		{"HijackedBuiltinNames", (*Suite).testHijackedNames, sharedEnv},
+		{"TimeoutUnderHostileShellState", (*Suite).testTimeoutHostileState, sharedEnv},
+		{"StdinFileIsPrivate", (*Suite).testStdinPrivate, sharedEnv},
+		{"DeepNestingRefused", (*Suite).testDeepNesting, sharedEnv},
+		{"TimeoutKillsEscapedProcesses", (*Suite).testTimeoutKillsEscapes, sharedEnv},
+		{"InterruptAndCloseKillEscapedProcesses", (*Suite).testInterruptCloseKillEscapes, sharedEnv},
+		{"BackgroundKillKillsEscapedProcesses", (*Suite).testBackgroundKillEscapes, sharedEnv},
+		{"OutputCannotForgeFrame", (*Suite).testOutputCannotForge, sharedEnv},
+		{"CommandNeverReadIsRetried", (*Suite).testNeverReadRetried, sharedEnv},
+		{"NoInheritedDescriptors", (*Suite).testNoInheritedFDs, sharedEnv},
 	}
 }
 
@@ -70,17 +70,17 @@ func (s *Suite) testRedirectsDoNotWedge(t *testing.T) {
 // F1: timeout and interrupt act on a command whose output went away.
 func (s *Suite) testStopAfterRedirect(t *testing.T) {
 	e := s.env(t)
-	r := run(t, e, terminal.Request{Command: "exec >/dev/null 2>&1; sleep 1050" + runTag, Timeout: 1})
+	r := run(t, e, terminal.Request{Command: "exec >/dev/null 2>&1; sleep 1050" + s.tag, Timeout: 1})
 	if r.ExitCode != 124 || strings.TrimSpace(r.Output) != "[Command timed out after 1s]" {
 		t.Fatalf("timeout after redirect: got %q exit %d", r.Output, r.ExitCode)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	whenRunning(e, "1050"+runTag, cancel)
-	r = e.Run(ctx, terminal.Request{Command: "exec >/dev/null 2>&1; sleep 1050" + runTag, Timeout: 60})
+	whenRunning(e, "1050"+s.tag, cancel)
+	r = e.Run(ctx, terminal.Request{Command: "exec >/dev/null 2>&1; sleep 1050" + s.tag, Timeout: 60})
 	if r.ExitCode != 130 || strings.TrimSpace(r.Output) != "[Command interrupted]" {
 		t.Fatalf("interrupt after redirect: got %q exit %d", r.Output, r.ExitCode)
 	}
-	expect(t, e, cmd(countArg("1050"+runTag)), "0", 0)
+	expect(t, e, cmd(countArg("1050"+s.tag)), "0", 0)
 	expect(t, e, cmd("echo after"), "after", 0)
 }
 
@@ -88,10 +88,18 @@ func (s *Suite) testStopAfterRedirect(t *testing.T) {
 // away) instead of waiting for it.
 func (s *Suite) testCloseInterrupts(t *testing.T) {
 	e := s.env(t)
+	// Close kills the command's tree (what the session's kill reaches is
+	// InterruptAndCloseKillEscapes's subject); should it not, the sleep
+	// still must not outlive the case in the group's environment.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), procLimit)
+		defer cancel()
+		backend.Output(ctx, s.f(t), shSpec(killArg("1051"+s.tag)), nil, 0)
+	})
 	expect(t, e, cmd("true"), "", 0)
 	done := make(chan terminal.Result, 1)
 	go func() {
-		done <- e.Run(context.Background(), terminal.Request{Command: "exec >/dev/null 2>&1; sleep 1051" + runTag, Timeout: 600})
+		done <- e.Run(context.Background(), terminal.Request{Command: "exec >/dev/null 2>&1; sleep 1051" + s.tag, Timeout: 600})
 	}()
 	time.Sleep(500 * time.Millisecond)
 	closed := make(chan error, 1)
@@ -256,11 +264,11 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 func (s *Suite) testTimeoutHostileState(t *testing.T) {
 	e := s.env(t)
 	expect(t, e, cmd("set -u -o noclobber; shopt -s failglob; IFS=/; kill() { :; }; sleep() { command sleep \"$@\"; }; alias cat='exit 99 #'"), "", 0)
-	r := run(t, e, terminal.Request{Command: "command sleep 1052" + runTag + " & command sleep 1052" + runTag, Timeout: 1})
+	r := run(t, e, terminal.Request{Command: "command sleep 1052" + s.tag + " & command sleep 1052" + s.tag, Timeout: 1})
 	if r.ExitCode != 124 || !strings.HasSuffix(r.Output, "[Command timed out after 1s]") {
 		t.Fatalf("timeout: got %q exit %d", r.Output, r.ExitCode)
 	}
-	expect(t, e, cmd(countArg("1052"+runTag)), "0", 0)
+	expect(t, e, cmd(countArg("1052"+s.tag)), "0", 0)
 }
 
 // F2/F3: inline stdin goes to a file in a fresh private directory, not to
@@ -304,7 +312,7 @@ func (s *Suite) testDeepNesting(t *testing.T) {
 		"$((((…))))": "echo $((" + r("(", n) + "1" + r(")", n) + "))",
 		"heredoc":    "cat <<EOF\n$((" + r("(", n) + "1" + r(")", n) + "))\nEOF",
 	} {
-		res := mrun("k", "sleep 1053"+runTag+" &\n"+deep)
+		res := mrun("k", "sleep 1053"+s.tag+" &\n"+deep)
 		if res.Error == nil || !strings.Contains(*res.Error, fmt.Sprint(shparse.MaxNesting)) {
 			t.Fatalf("%s nested %d deep: %+v, want an error naming the bound %d", name, n, res, shparse.MaxNesting)
 		}
@@ -324,12 +332,12 @@ func (s *Suite) testDeepNesting(t *testing.T) {
 			t.Fatalf("bash -c '((((…' in an isolated environment: %+v, want it left to the isolation and bash's answer", res)
 		}
 	} else {
-		res := mrun("k", "sleep 1053"+runTag+" &\n"+deepArg)
+		res := mrun("k", "sleep 1053"+s.tag+" &\n"+deepArg)
 		if res.Error == nil || res.Approval == nil || res.Approval.Rule != "too-deep" || !strings.Contains(*res.Error, fmt.Sprint(shparse.MaxNesting)) {
 			t.Fatalf("bash -c '((((…': %+v, want it blocked by too-deep, naming the bound %d", res, shparse.MaxNesting)
 		}
 	}
-	if res := mrun("k", countArg("1053"+runTag)); res.Error != nil || strings.TrimSpace(res.Output) != "0" {
+	if res := mrun("k", countArg("1053"+s.tag)); res.Error != nil || strings.TrimSpace(res.Output) != "0" {
 		t.Fatalf("after the refusals: %+v, want no sleep started", res) // refused before anything ran
 	}
 	nested := strings.Repeat("( ", 50) + "echo deep" + strings.Repeat(" )", 50)
@@ -341,8 +349,8 @@ func (s *Suite) testDeepNesting(t *testing.T) {
 	}
 }
 
-// manager returns a manager whose environments are fresh backends of the
-// suite, with the default configuration (approvals manual, nobody to ask).
+// manager returns a manager whose environments are the case's backends
+// (s.f), with the default configuration (approvals manual, nobody to ask).
 func (s *Suite) manager(t *testing.T) *manager.Manager {
 	t.Helper()
 	cfg := config.Default()
@@ -389,7 +397,7 @@ func cometStopped(t *testing.T, e *terminal.Environment, comet string) {
 func (s *Suite) testTimeoutKillsEscapes(t *testing.T) {
 	e := s.env(t)
 	dir := s.scratch(t, e)
-	needle := "1054" + runTag
+	needle := "1054" + s.tag
 	t.Cleanup(func() { e.Run(context.Background(), cmd(killArg(needle))) })
 	r := run(t, e, terminal.Request{Command: escapes(needle, dir+"/comet") + "sleep " + needle, Timeout: 2})
 	if r.ExitCode != 124 {
@@ -403,7 +411,7 @@ func (s *Suite) testTimeoutKillsEscapes(t *testing.T) {
 func (s *Suite) testInterruptCloseKillEscapes(t *testing.T) {
 	e := s.env(t)
 	dir := s.scratch(t, e)
-	needle := "1055" + runTag
+	needle := "1055" + s.tag
 	t.Cleanup(func() { e.Run(context.Background(), cmd(killArg(needle))) })
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(1500*time.Millisecond, cancel)
@@ -436,7 +444,7 @@ func (s *Suite) testInterruptCloseKillEscapes(t *testing.T) {
 // F7: the process tool's kill reaches processes that left the job's group.
 func (s *Suite) testBackgroundKillEscapes(t *testing.T) {
 	m, _ := s.mgr(t, 0)
-	needle := "1056" + runTag
+	needle := "1056" + s.tag
 	r := start(t, m, terminal.Request{Command: "sleep " + needle + " & (setsid sleep " + needle + " &); (set -m; sleep " + needle + " &); wait"})
 	fg := m.Run(context.Background(), "k", terminal.Request{Command: "sleep 0.5; " + countArg(needle)})
 	if fg.Output != "3" {

@@ -94,10 +94,10 @@ func firstDiff(a, b string) int {
 
 // persistenceTests check reattach and persistence for backends that keep
 // environments (Options.Reopen).
-func (s *Suite) persistenceTests() []namedTest {
+func persistenceTests() []namedTest {
 	return []namedTest{
-		{"ReattachSeesSameEnvironment", s.testReattach},
-		{"KeptDirSurvivesClose", s.testKeptDirSurvivesClose},
+		{"ReattachSeesSameEnvironment", (*Suite).testReattach, freshEnv},
+		{"KeptDirSurvivesClose", (*Suite).testKeptDirSurvivesClose, freshEnv},
 	}
 }
 

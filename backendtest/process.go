@@ -17,18 +17,18 @@ import (
 
 // processTests drive backend.Process directly: the raw contract every
 // backend owes the session, below the shell and the tool layer.
-func (s *Suite) processTests() []namedTest {
+func processTests() []namedTest {
 	return []namedTest{
-		{"ExitStatus", s.testProcExitStatus},
-		{"SignalStatus", s.testProcSignalStatus},
-		{"StdinEOF", s.testProcStdinEOF},
-		{"MergedOutput", s.testProcMergedOutput},
-		{"WaitWhileDescendantHoldsOutput", s.testProcDescendantHoldsOutput},
-		{"TTY", s.testProcTTY},
-		{"ConcurrentStart", s.testProcConcurrentStart},
-		{"OutputHelper", s.testProcOutputHelper},
-		{"StartAfterClose", s.testProcStartAfterClose},
-		{"CapabilitiesConsistent", s.testCapabilitiesConsistent},
+		{"ExitStatus", (*Suite).testProcExitStatus, sharedEnv},
+		{"SignalStatus", (*Suite).testProcSignalStatus, sharedEnv},
+		{"StdinEOF", (*Suite).testProcStdinEOF, sharedEnv},
+		{"MergedOutput", (*Suite).testProcMergedOutput, sharedEnv},
+		{"WaitWhileDescendantHoldsOutput", (*Suite).testProcDescendantHoldsOutput, sharedEnv},
+		{"TTY", (*Suite).testProcTTY, sharedEnv},
+		{"ConcurrentStart", (*Suite).testProcConcurrentStart, sharedEnv},
+		{"OutputHelper", (*Suite).testProcOutputHelper, sharedEnv},
+		{"StartAfterClose", (*Suite).testProcStartAfterClose, freshEnv},
+		{"CapabilitiesConsistent", (*Suite).testCapabilitiesConsistent, sharedEnv},
 	}
 }
 
@@ -297,9 +297,9 @@ func (s *Suite) testProcStartAfterClose(t *testing.T) {
 	}
 }
 
-// tagN is the suite's run tag as a number, so sleeps are unique per run.
+// tagN is the case's tag as a number, so sleeps are unique per case.
 func (s *Suite) tagN() int {
-	n, _ := strconv.Atoi(runTag)
+	n, _ := strconv.Atoi(s.tag)
 	return n
 }
 

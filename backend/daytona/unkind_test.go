@@ -151,6 +151,9 @@ func TestDisruptedMidCommand(t *testing.T) {
 		{daytonafake.ErrorFatal, false},
 	} {
 		t.Run(strings.ReplaceAll(c.d.String(), " ", "_"), func(t *testing.T) {
+			// Each disrupts its own sandbox and waits (on the fake, on a
+			// retried sleep): side by side.
+			t.Parallel()
 			b := newBackend(t, testOptions(t, fake, nil, nil))
 			e := termEnv(t, b)
 			must(t, e, "cd /tmp && export KEPT=yes && echo data >/tmp/kept", "")

@@ -10,64 +10,102 @@ import (
 	"github.com/a55dbaac/berth/config"
 )
 
-// TestConformance is the docker backend's one entry into berth's suite: a
-// fresh throwaway container per test on the busybox+bash test image,
-// persistent containers for the Persistence group, and the docker-only
-// tests as the Internal group.
+// TestConformance is the docker backend's one entry into berth's suite,
+// its one configuration: throwaway containers on the busybox+bash test
+// image (one per group of the suite), persistent containers for the
+// Persistence group, and the docker-only tests as the Internal group.
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, func(t testing.TB) backend.Backend {
-		return newBackend(t, testOptions(t, nil))
-	}, backendtest.Options{
-		Reopen: func(t testing.TB, key string) backend.Backend {
-			opts := testOptions(t, func(c *config.Terminal) { c.ContainerPersistent = true })
-			opts.Key = key
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				defer cancel()
-				envAdmin{}.Remove(ctx, opts, key)
-			})
-			return newBackend(t, opts)
-		},
-		KeptDir: "/root",
-		Internal: func(t *testing.T) {
-			for _, c := range []struct {
-				name string
-				fn   func(*testing.T)
-			}{
-				{"RunExitCodeAndMergedOutput", testRunExitCodeAndMergedOutput},
-				{"ProcSpecDirAndEnv", testProcSpecDirAndEnv},
-				{"ExecIsProcessGroupLeader", testExecIsProcessGroupLeader},
-				{"PersistentShellRoundTrip", testPersistentShellRoundTrip},
-				{"HardeningFromInside", testHardeningFromInside},
-				{"PidsLimitStopsForkBomb", testPidsLimitStopsForkBomb},
-				{"ReadOnlyRoot", testReadOnlyRoot},
-				{"MemoryLimitOOMKill", testMemoryLimitOOMKill},
-				{"ForwardedSecretsStayOutOfConfigAndCmdlines", testForwardedSecretsStayOutOfConfigAndCmdlines},
-				{"PersistenceAcrossBackends", testPersistenceAcrossBackends},
-				{"SettingsChangeReplacesContainerKeepsVolumes", testSettingsChangeReplacesContainerKeepsVolumes},
-				{"NonPersistentCloseRemovesEverything", testNonPersistentCloseRemovesEverything},
-				{"RecreateAfterOutsideRemovalAndStop", testRecreateAfterOutsideRemovalAndStop},
-				{"WaitWhenContainerStops", testWaitWhenContainerStops},
-				{"OrphanPruning", testOrphanPruning},
-				{"NoNetwork", testNoNetwork},
-				{"VolumesAndCwdMount", testVolumesAndCwdMount},
-				{"MissingImage", testMissingImage},
-				{"Doctor", testDoctor},
-				{"CreateToFirstCommandAndExecLatency", testCreateToFirstCommandAndExecLatency},
-				{"WriteFileExactBytes", testWriteFileExactBytes},
-				{"WriteFileDeclinesHiddenPaths", testWriteFileDeclinesHiddenPaths},
-				{"WriteFileReadOnlyRoot", testWriteFileReadOnlyRoot},
-				{"WriteFileRecoversRemovedContainer", testWriteFileRecoversRemovedContainer},
-				{"FilesWriteUsesArchive", testFilesWriteUsesArchive},
-				{"TimeoutRestoresPidBaseline", testTimeoutRestoresPidBaseline},
-				{"ConcurrentFirstCallsOneContainer", testConcurrentFirstCallsOneContainer},
-				{"EnvironmentRecreatedInResult", testEnvironmentRecreatedInResult},
-				{"CrashedOwnersContainersCleaned", testCrashedOwnersContainersCleaned},
-				{"ReattachedByLiveBerthSurvivesSweep", testReattachedByLiveBerthSurvivesSweep},
-				{"DeadClaimantsContainerStopped", testDeadClaimantsContainerStopped},
-			} {
-				t.Run(c.name, c.fn)
-			}
-		},
+	backendtest.Run(t, Name, backendtest.Config{Setup: func(t *testing.T) backendtest.Target {
+		return backendtest.Target{New: func(t testing.TB) backend.Backend {
+			return newBackend(t, testOptions(t, nil))
+		}, Options: backendtest.Options{
+			Reopen: func(t testing.TB, key string) backend.Backend {
+				opts := testOptions(t, func(c *config.Terminal) { c.ContainerPersistent = true })
+				opts.Key = key
+				t.Cleanup(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					defer cancel()
+					envAdmin{}.Remove(ctx, opts, key)
+				})
+				return newBackend(t, opts)
+			},
+			KeptDir:  "/root",
+			Internal: internalTests,
+		}}
+	}})
+}
+
+// internalTests are the docker-only tests, the suite's Internal group. The
+// three that stand in for another berth (they swap the owner mark this
+// process labels containers with, and sweep what dead owners left) run
+// first, one at a time, while nothing else creates containers. The rest
+// run side by side (they mostly wait: on containers, on a fork loop's
+// children, on the OOM killer), each in containers of its own, but for
+// those that only run commands in a container with the default settings
+// and look at it, which share one.
+func internalTests(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"CrashedOwnersContainersCleaned", testCrashedOwnersContainersCleaned},
+		{"ReattachedByLiveBerthSurvivesSweep", testReattachedByLiveBerthSurvivesSweep},
+		{"DeadClaimantsContainerStopped", testDeadClaimantsContainerStopped},
+	} {
+		t.Run(c.name, c.fn)
+	}
+	// The fork loop's children live 15 s: its wait overlaps the others.
+	t.Run("PidsLimitStopsForkBomb", func(t *testing.T) {
+		t.Parallel()
+		testPidsLimitStopsForkBomb(t)
 	})
+	// Closed with t, after the parallel cases below have ended.
+	shared := newBackend(t, testOptions(t, nil))
+	for _, c := range []struct {
+		name string
+		fn   func(*testing.T, *Backend)
+	}{
+		{"RunExitCodeAndMergedOutput", testRunExitCodeAndMergedOutput},
+		{"ExecIsProcessGroupLeader", testExecIsProcessGroupLeader},
+		{"PersistentShellRoundTrip", testPersistentShellRoundTrip},
+		{"HardeningFromInside", testHardeningFromInside},
+		{"NoNetwork", testNoNetwork},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.fn(t, shared)
+		})
+	}
+	for _, c := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"ProcSpecDirAndEnv", testProcSpecDirAndEnv},
+		{"ReadOnlyRoot", testReadOnlyRoot},
+		{"MemoryLimitOOMKill", testMemoryLimitOOMKill},
+		{"ForwardedSecretsStayOutOfConfigAndCmdlines", testForwardedSecretsStayOutOfConfigAndCmdlines},
+		{"PersistenceAcrossBackends", testPersistenceAcrossBackends},
+		{"SettingsChangeReplacesContainerKeepsVolumes", testSettingsChangeReplacesContainerKeepsVolumes},
+		{"NonPersistentCloseRemovesEverything", testNonPersistentCloseRemovesEverything},
+		{"RecreateAfterOutsideRemovalAndStop", testRecreateAfterOutsideRemovalAndStop},
+		{"WaitWhenContainerStops", testWaitWhenContainerStops},
+		{"OrphanPruning", testOrphanPruning},
+		{"VolumesAndCwdMount", testVolumesAndCwdMount},
+		{"MissingImage", testMissingImage},
+		{"Doctor", testDoctor},
+		{"CreateToFirstCommandAndExecLatency", testCreateToFirstCommandAndExecLatency},
+		{"WriteFileExactBytes", testWriteFileExactBytes},
+		{"WriteFileDeclinesHiddenPaths", testWriteFileDeclinesHiddenPaths},
+		{"WriteFileReadOnlyRoot", testWriteFileReadOnlyRoot},
+		{"WriteFileRecoversRemovedContainer", testWriteFileRecoversRemovedContainer},
+		{"FilesWriteUsesArchive", testFilesWriteUsesArchive},
+		{"TimeoutRestoresPidBaseline", testTimeoutRestoresPidBaseline},
+		{"ConcurrentFirstCallsOneContainer", testConcurrentFirstCallsOneContainer},
+		{"EnvironmentRecreatedInResult", testEnvironmentRecreatedInResult},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.fn(t)
+		})
+	}
 }

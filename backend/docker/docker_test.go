@@ -116,8 +116,7 @@ func waitTimeout(t testing.TB, p backend.Process, d time.Duration) (int, error) 
 	return 0, nil
 }
 
-func testRunExitCodeAndMergedOutput(t *testing.T) {
-	b := newBackend(t, testOptions(t, nil))
+func testRunExitCodeAndMergedOutput(t *testing.T, b *Backend) {
 	out, code := run(t, b, "echo out; echo err >&2; exit 3")
 	if code != 3 {
 		t.Errorf("exit code = %d, want 3", code)
@@ -176,8 +175,7 @@ func TestHostLookingCwdFallsBack(t *testing.T) {
 // testExecIsProcessGroupLeader documents what the session's kill logic
 // relies on: a process started by a (non-TTY) exec leads its own process
 // group and session inside the container.
-func testExecIsProcessGroupLeader(t *testing.T) {
-	b := newBackend(t, testOptions(t, nil))
+func testExecIsProcessGroupLeader(t *testing.T, b *Backend) {
 	out, _ := run(t, b, `set -- $(cat /proc/$$/stat); echo "$1 $5 $6"`)
 	f := strings.Fields(out)
 	if len(f) != 3 {
@@ -188,8 +186,7 @@ func testExecIsProcessGroupLeader(t *testing.T) {
 	}
 }
 
-func testPersistentShellRoundTrip(t *testing.T) {
-	b := newBackend(t, testOptions(t, nil))
+func testPersistentShellRoundTrip(t *testing.T, b *Backend) {
 	p, err := b.Start(context.Background(), backend.ProcSpec{Argv: []string{"/bin/sh"}})
 	if err != nil {
 		t.Fatal(err)
@@ -226,8 +223,7 @@ func percentile(d []time.Duration, q int) time.Duration {
 	return s[len(s)*q/100]
 }
 
-func testHardeningFromInside(t *testing.T) {
-	b := newBackend(t, testOptions(t, nil))
+func testHardeningFromInside(t *testing.T, b *Backend) {
 	out, _ := run(t, b, `grep -E '^(CapEff|CapBnd|NoNewPrivs):' /proc/self/status; cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max; mount | grep -E ' /(tmp|var/tmp|run|dev/shm) '`)
 	// CHOWN(0) DAC_OVERRIDE(1) FOWNER(3) SETGID(6) SETUID(7)
 	const mask = "00000000000000cb"
@@ -564,13 +560,13 @@ func testOrphanPruning(t *testing.T) {
 	}
 }
 
-func testNoNetwork(t *testing.T) {
+func testNoNetwork(t *testing.T, b2 *Backend) {
 	b := newBackend(t, testOptions(t, func(c *config.Terminal) { c.DockerNetwork = false }))
 	out, _ := run(t, b, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
 	if strings.TrimSpace(out) != "lo" {
 		t.Errorf("interfaces with docker_network=false: %q, want only lo", out)
 	}
-	b2 := newBackend(t, testOptions(t, nil))
+	// b2 is a container with the default settings (docker_network=true).
 	out, _ = run(t, b2, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
 	if !strings.Contains(out, "eth0") {
 		t.Logf("note: with docker_network=true the container has only %q (daemon without bridge?)", out)

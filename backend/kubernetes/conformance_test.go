@@ -2,63 +2,61 @@ package kubernetes
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backendtest"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/testenv/k8senv"
 )
 
 // TestConformance is the kubernetes backend's entry into berth's suite,
-// against the real cluster scripts/ensure-k8s.sh runs here: a fresh
-// throwaway pod per test on the busybox+bash test image, persistent
+// its table of configurations, against the real cluster
+// scripts/ensure-k8s.sh runs here. The primary one: throwaway pods on the
+// busybox+bash test image (one per group of the suite), persistent
 // environments (a volume claim each) for the Persistence group, and the
-// backend's own tests as the Internal group.
-//
-// It runs in parallel with TestConformanceSPDY and TestCLI (each in a
-// namespace of its own), after TestClusterWide, which disturbs the whole
-// cluster and so runs alone.
-func TestConformance(t *testing.T) {
-	f := newFixture(t)
-	t.Parallel()
-	backendtest.Run(t, f.prefetch(t, nil), backendtest.Options{
-		Reopen: func(t testing.TB, key string) backend.Backend {
-			opts := f.options(t, func(c *config.Terminal) {
-				c.ContainerPersistent = true
-				mustSet(c, keyVolumeSize, "64Mi")
-			})
-			opts.Key = key
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				defer cancel()
-				envAdmin{}.Remove(ctx, opts, key)
-			})
-			return newBackend(t, opts)
-		},
-		KeptDir:  "/root",
-		Internal: func(t *testing.T) { internalTests(t, f) },
-	})
-}
-
-// TestConformanceSPDY runs the Process group, and the Terminal tests that
-// lean on the stream (stdin, large and binary output), once more with the
-// exec streams forced onto SPDY, the transport berth falls back to when
-// the API server (or a proxy) cannot upgrade to WebSocket. The session's
-// kill on a timeout or an interrupt is the same exec as any other
-// (Process covers signals); the suite's timed tests of it run once, in
-// TestConformance, so that this run does not double their exposure to a
+// backend's own tests as the Internal group. The secondary one, "spdy",
+// forces the exec streams onto SPDY, the transport berth falls back to
+// when the API server (or a proxy) cannot upgrade to WebSocket, and runs
+// what the transport changes: the Process group, and the Terminal cases
+// that lean on the stream (stdin, large and binary output). The session's
+// kill on a timeout or an interrupt is the same exec as any other (Process
+// covers signals); the suite's timed cases of it run once, in the primary
+// configuration, so that this one does not double their exposure to a
 // loaded machine.
-func TestConformanceSPDY(t *testing.T) {
-	f := newFixture(t)
+//
+// It runs in parallel with TestCLI (each in a namespace of its own), after
+// TestClusterWide, which disturbs the whole cluster and so runs alone.
+func TestConformance(t *testing.T) {
+	k8senv.Require(t)
 	t.Parallel()
-	terminal := map[string]bool{"ExitCodeAndMergedOutput": true, "StatePersists": true, "StdinData": true,
-		"BinaryOutput": true, "HugeOutputTruncated": true}
-	backendtest.Run(t, f.prefetch(t, func(b *Backend) { b.setProtocol(protoSPDY) }), backendtest.Options{
-		Only: func(name string) bool {
-			group, test, _ := strings.Cut(name, "/")
-			return group == "Process" || group == "Terminal" && terminal[test]
+	backendtest.Run(t, Name, backendtest.Config{Setup: func(t *testing.T) backendtest.Target {
+		f := newFixture(t)
+		return backendtest.Target{New: f.factory(nil), Options: backendtest.Options{
+			Reopen: func(t testing.TB, key string) backend.Backend {
+				opts := f.options(t, func(c *config.Terminal) {
+					c.ContainerPersistent = true
+					mustSet(c, keyVolumeSize, "64Mi")
+				})
+				opts.Key = key
+				t.Cleanup(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					defer cancel()
+					envAdmin{}.Remove(ctx, opts, key)
+				})
+				return newBackend(t, opts)
+			},
+			KeptDir:  "/root",
+			Internal: func(t *testing.T) { internalTests(t, f) },
+		}}
+	}}, backendtest.Config{
+		Name: "spdy",
+		Groups: []string{"Process", "Terminal/ExitCodeAndMergedOutput", "Terminal/StatePersists", "Terminal/StdinData",
+			"Terminal/BinaryOutput", "Terminal/HugeOutputTruncated"},
+		Setup: func(t *testing.T) backendtest.Target {
+			f := newFixture(t)
+			return backendtest.Target{New: f.factory(func(b *Backend) { b.setProtocol(protoSPDY) })}
 		},
 	})
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -206,72 +205,16 @@ func readAll(t testing.TB, r io.Reader, d time.Duration) string {
 	return ""
 }
 
-// prefetch returns a factory of throwaway backends (the fixture's default
-// options, then prep when not nil) that builds them while the tests before
-// run: a pod takes seconds to start, much of it waiting on the kubelet
-// (its 1 s relist), and the conformance suite wants a fresh one for each
-// of its many short tests. Two are built ahead at most; what is left when
-// t ends is closed.
-func (f *fixture) prefetch(t *testing.T, prep func(*Backend)) func(testing.TB) backend.Backend {
-	template := f.options(t, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	type built struct {
-		b   *Backend
-		err error
-	}
-	const ahead = 2
-	next := make(chan built)
-	var builders sync.WaitGroup
-	builders.Add(ahead)
-	build := func() {
-		defer builders.Done()
-		for ctx.Err() == nil {
-			opts := template
-			var r [4]byte
-			_, _ = rand.Read(r[:])
-			opts.Key = "t-pool-" + hex.EncodeToString(r[:])
-			nctx, ncancel := context.WithTimeout(ctx, 90*time.Second)
-			b, err := New(nctx, opts)
-			ncancel()
-			if err == nil && prep != nil {
-				prep(b)
-			}
-			select {
-			case next <- built{b, err}:
-			case <-ctx.Done():
-				if b != nil {
-					cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
-					b.Close(cctx)
-					ccancel()
-				}
-			}
-		}
-	}
-	for range ahead {
-		go build()
-	}
-	t.Cleanup(func() {
-		cancel()
-		builders.Wait()
-	})
+// factory returns the suite's factory of throwaway pods in the fixture's
+// namespace (with prep applied, when not nil), each closed with the test or
+// group that asked for it.
+func (f *fixture) factory(prep func(*Backend)) func(testing.TB) backend.Backend {
 	return func(t testing.TB) backend.Backend {
 		t.Helper()
-		var r built
-		select {
-		case r = <-next:
-		case <-time.After(3 * time.Minute):
-			t.Fatal("no backend was built within 3 minutes")
+		b := newBackend(t, f.options(t, nil))
+		if prep != nil {
+			prep(b)
 		}
-		if r.err != nil {
-			t.Fatalf("New: %v", r.err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			if err := r.b.Close(ctx); err != nil {
-				t.Errorf("Close: %v", err)
-			}
-		})
-		return r.b
+		return b
 	}
 }

@@ -502,26 +502,42 @@ func TestWorkspaceSessionFiles(t *testing.T) {
 	}
 }
 
-// TestConformanceWorkspace runs the conformance suite on the local backend
-// in workspace mode. The suite writes under /tmp and $HOME (its stated
-// needs), so those are listed as writable; the tests above hold the
-// confinement itself.
+// TestConformanceWorkspace runs the conformance suite on the local
+// backend's secondary configuration, workspace mode (the primary one runs
+// in package session). Confinement changes what every process the backend
+// starts may do — write, signal, reach — so the groups run here are all
+// that start processes: Process (its capabilities case is the only one to
+// see a workspace isolation), Terminal, Background (the process tool's kill
+// under scoped signals), Hardening with berth's own shell code (its private
+// files under a filesystem that refuses writes) and Files. The suite writes
+// under /tmp and $HOME (its stated needs), so those are listed as
+// writable; the tests above hold the confinement itself.
 func TestConformanceWorkspace(t *testing.T) {
 	requireConfinement(t)
-	ws := t.TempDir()
-	home, _ := os.UserHomeDir()
-	cfg := sandboxConfig(t, ws, map[string]any{"local_sandbox_writable": []string{"/tmp", home}})
-	backendtest.Run(t, func(t testing.TB) backend.Backend {
-		be, err := local.New(backend.Options{Config: cfg.Terminal})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if backend.CapabilitiesOf(be).Isolation != backend.IsolationWorkspace {
-			t.Fatal("not confined")
-		}
-		t.Cleanup(func() { be.Close(context.Background()) })
-		return be
-	}, backendtest.Options{Scratch: ws})
+	backendtest.Run(t, "local", backendtest.Config{
+		Name:       "workspace",
+		Groups:     []string{"Process", "Terminal", "Background", "Hardening", "Files"},
+		ShellTests: true,
+		Setup: func(t *testing.T) backendtest.Target {
+			ws := t.TempDir()
+			home, _ := os.UserHomeDir()
+			cfg := sandboxConfig(t, ws, map[string]any{"local_sandbox_writable": []string{"/tmp", home}})
+			return backendtest.Target{
+				New: func(t testing.TB) backend.Backend {
+					be, err := local.New(backend.Options{Config: cfg.Terminal})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if backend.CapabilitiesOf(be).Isolation != backend.IsolationWorkspace {
+						t.Fatal("not confined")
+					}
+					t.Cleanup(func() { be.Close(context.Background()) })
+					return be
+				},
+				Options: backendtest.Options{Scratch: ws},
+			}
+		},
+	})
 }
 
 func TestDoctorShowsConfinement(t *testing.T) {

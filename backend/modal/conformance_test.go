@@ -11,33 +11,37 @@ import (
 	"github.com/a55dbaac/berth/internal/testenv/modalfake"
 )
 
-// TestConformance is the modal backend's entry into berth's suite, on the
-// real Modal SDK against the fake control plane: a fresh sandbox per test,
-// persistent sandboxes for the Persistence group (a second backend for a
-// key reattaches; Close snapshots and the next one restores), and the
-// modal-only tests as the Internal group.
+// TestConformance is the modal backend's entry into berth's suite, its
+// table of configurations, on the real Modal SDK against the fake control
+// plane. The primary configuration is the fake as unkind as the real Modal
+// (modalfake.Realistic): sandboxes that take a moment to be scheduled, rate
+// limits, transient failures and broken streams, a router that goes silent
+// when a sandbox dies, lifetimes that end a little early, slow snapshots;
+// a sandbox per group of the suite, persistent sandboxes for the
+// Persistence group (a second backend for a key reattaches; Close
+// snapshots and the next one restores), and the modal-only tests as the
+// Internal group. The secondary one, "kind", is the fake without faults,
+// for telling a fault's effect from a bug when the primary one fails: it
+// runs in the full tier only, everything but the cases about berth's own
+// shell code (the sandbox's shell is the same).
 func TestConformance(t *testing.T) {
-	t.Parallel() // beside TestConformanceRealistic: both mostly wait on the fake
-	runConformance(t, newFixture(t), nil)
-}
-
-// TestConformanceRealistic runs the same suite against a fake as unkind as
-// the real Modal (modalfake.Realistic): sandboxes that take a moment to be
-// scheduled, rate limits, transient failures and broken streams, a router
-// that goes silent when a sandbox dies, lifetimes that end a little early,
-// slow snapshots. The tests of berth's own shell code
-// (backendtest.ShellOnly) run once, against the kind fake: the sandbox's
-// shell is the same.
-func TestConformanceRealistic(t *testing.T) {
+	// Beside the fault tests on fakes of their own: all mostly wait.
 	t.Parallel()
-	runConformance(t, newFixtureWith(t, modalfake.Realistic()), func(n string) bool { return !backendtest.ShellOnly(n) })
+	backendtest.Run(t, Name, backendtest.Config{Setup: func(t *testing.T) backendtest.Target {
+		return target(newFixtureWith(t, modalfake.Realistic()))
+	}}, backendtest.Config{
+		Name:   "kind",
+		Groups: []string{"Process", "Terminal", "Background", "Hardening", "Files", "FileWriter", "Persistence", "Internal"},
+		Full:   true,
+		Setup:  func(t *testing.T) backendtest.Target { return target(newFixture(t)) },
+	})
 }
 
-func runConformance(t *testing.T, f *fixture, only func(string) bool) {
-	backendtest.Run(t, func(t testing.TB) backend.Backend {
+// target is the suite's factory and options on f.
+func target(f *fixture) backendtest.Target {
+	return backendtest.Target{New: func(t testing.TB) backend.Backend {
 		return newBackend(t, f.options(t, "", nil))
-	}, backendtest.Options{
-		Only: only,
+	}, Options: backendtest.Options{
 		Reopen: func(t testing.TB, key string) backend.Backend {
 			opts := f.options(t, key, func(c *config.Terminal) { c.ContainerPersistent = true })
 			t.Cleanup(func() {
@@ -68,5 +72,5 @@ func runConformance(t *testing.T, f *fixture, only func(string) bool) {
 				t.Run(c.name, func(t *testing.T) { c.fn(t, f) })
 			}
 		},
-	})
+	}}
 }

@@ -26,6 +26,7 @@ import (
 // command and the first file write wait for it instead of failing
 // (modal-go v0.7.0 asked once and failed; v0.7.3 polls).
 func TestFirstCommandWhileScheduling(t *testing.T) {
+	t.Parallel() // on a fake of its own; it waits on the scheduling delay
 	f := newFixtureWith(t, modalfake.Faults{SchedulingDelay: modalfake.Jitter{Min: 4 * time.Second, Max: 5 * time.Second}})
 	b := newBackend(t, f.options(t, "", nil))
 	r := mustRun(t, newEnv(t, b), terminal.Request{Command: "echo first"})
@@ -70,6 +71,7 @@ func TestRateLimitRetried(t *testing.T) {
 // berth retries them with backoff; past modal_retry_timeout the target is
 // reported unreachable with how often berth tried.
 func TestTransientFailuresRetried(t *testing.T) {
+	t.Parallel() // on a fake of its own; it waits on retries
 	f := newFixture(t)
 	f.srv.Inject("/SandboxCreate", 6, codes.Unavailable, 0)
 	f.srv.Inject("/SandboxGetTaskId", 5, codes.Internal, 0)
@@ -97,6 +99,7 @@ func TestTransientFailuresRetried(t *testing.T) {
 // by itself), one with a command at the start of the last part of its
 // lifetime (carried over before that command runs).
 func TestLifetimeCarriedOver(t *testing.T) {
+	t.Parallel() // on a fake of its own; it waits for a sandbox lifetime to end
 	f := newFixtureWith(t, modalfake.Faults{ExpiryEarly: modalfake.Jitter{Max: 500 * time.Millisecond}})
 	const life = 48 // seconds: a margin of 8 s
 	setup := "mkdir -p /work/dir && cd /work/dir && export KEEP=kept && echo data >/root/f"
@@ -153,6 +156,7 @@ func TestLifetimeCarriedOver(t *testing.T) {
 // killed from outside loses at most that much; and a periodic snapshot
 // still in flight at Close does not overwrite the snapshot of Close.
 func TestPeriodicSnapshotWhileSlow(t *testing.T) {
+	t.Parallel() // on a fake of its own; it waits on slow snapshots
 	f := newFixtureWith(t, modalfake.Faults{SnapshotDelay: modalfake.Jitter{Min: time.Second, Max: 2 * time.Second}})
 	key := "periodic-" + randhex.String(4)
 	opts := f.options(t, key, func(c *config.Terminal) {
