@@ -4,9 +4,9 @@
 // test image imported into it.
 //
 // Start the cluster first with scripts/ensure-k8s.sh (make test's deps
-// target does). Tests that find no cluster skip, except when the CI
-// environment variable is set: then they fail, so a missing cluster never
-// passes silently in CI.
+// target does), and select the engine with BERTH_TEST_ENGINES=kubernetes:
+// a test that needs the cluster skips unless it is selected, and fails
+// when it is selected and does not answer (see package testenv).
 package k8senv
 
 import (
@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/a55dbaac/berth/internal/procmark"
+	"github.com/a55dbaac/berth/internal/testenv"
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 )
 
@@ -80,18 +81,19 @@ func cacheDir() string {
 	return "/var/cache/berth-k8s/" + v
 }
 
-// Require returns the running test cluster. When it does not answer the
-// test is skipped, or failed when CI is set.
+// Require returns the running test cluster. The test is skipped unless
+// BERTH_TEST_ENGINES selects kubernetes, and fails when the cluster is
+// selected and does not answer.
 func Require(t testing.TB) *Cluster {
 	t.Helper()
-	c, err := find()
-	if err != nil {
-		msg := fmt.Sprintf("k8senv: no test cluster answers (%v); run scripts/ensure-k8s.sh (as root)", err)
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
+	var c *Cluster
+	testenv.Need(t, testenv.Kubernetes, func() (err error) {
+		c, err = find()
+		if err != nil {
+			return fmt.Errorf("no test cluster answers: %w", err)
 		}
-		t.Skip(msg)
-	}
+		return nil
+	})
 	return c
 }
 
