@@ -13,9 +13,9 @@
 // panic; and the ok or FAIL line of each package. The output of tests that
 // pass or skip is not shown, as in plain go test. At the end it prints
 //
-//	package wall times, slowest first (go test -json), wall 612 s:
-//	  401.2 s  ok    github.com/a55dbaac/berth/backend/docker
-//	   88.0 s  FAIL  github.com/a55dbaac/berth/session
+//	package wall times, slowest first (go test -json), wall 612.0 s:
+//	  401.2 s  ok    github.com/a55dbaac/berth/backend/docker  312 passed
+//	   88.0 s  FAIL  github.com/a55dbaac/berth/session  120 passed, 1 failed, 4 skipped
 //	...
 //	skipped tests, by reason:
 //	  41  docker tests skipped: set BERTH_TEST_ENGINES=docker (or all) to run them
@@ -112,6 +112,7 @@ type pkg struct {
 	done    bool
 	status  string // ok, FAIL
 	elapsed float64
+	counts  map[string]int // tests and subtests by how they ended: pass, fail, skip
 }
 
 type report struct {
@@ -152,7 +153,7 @@ func (r *report) read(in io.Reader) {
 func (r *report) pkg(name string) *pkg {
 	p := r.pkgs[name]
 	if p == nil {
-		p = &pkg{name: name, tops: map[string]*top{}}
+		p = &pkg{name: name, tops: map[string]*top{}, counts: map[string]int{}}
 		r.pkgs[name] = p
 	}
 	return p
@@ -197,6 +198,10 @@ func (r *report) handle(ev event) {
 		t = &top{failed: map[string]bool{}}
 		p.tops[name] = t
 		p.order = append(p.order, name)
+	}
+	switch ev.Action {
+	case "pass", "fail", "skip":
+		p.counts[ev.Action]++
 	}
 	switch ev.Action {
 	case "output":
@@ -312,6 +317,18 @@ func (r *report) sorted() []*pkg {
 	return ps
 }
 
+// tally says how many tests and subtests passed, failed and skipped.
+func (p *pkg) tally() string {
+	s := fmt.Sprintf("%d passed", p.counts["pass"])
+	if n := p.counts["fail"]; n > 0 {
+		s += fmt.Sprintf(", %d failed", n)
+	}
+	if n := p.counts["skip"]; n > 0 {
+		s += fmt.Sprintf(", %d skipped", n)
+	}
+	return s
+}
+
 // summary prints the packages' wall times and the skip reasons.
 func (r *report) summary(wall time.Duration) {
 	fmt.Fprintf(r.w, "\npackage wall times, slowest first (go test -json), wall %.1f s:\n", wall.Seconds())
@@ -323,7 +340,7 @@ func (r *report) summary(wall time.Duration) {
 		case !p.done:
 			status = "DIED"
 		}
-		fmt.Fprintf(r.w, "  %7.1f s  %-4s  %s\n", p.elapsed, status, p.name)
+		fmt.Fprintf(r.w, "  %7.1f s  %-4s  %s  %s\n", p.elapsed, status, p.name, p.tally())
 	}
 	if len(r.skips) == 0 {
 		return
