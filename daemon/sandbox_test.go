@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/a55dbaac/berth/daemon/wire"
+	"github.com/a55dbaac/berth/internal/testenv"
 )
 
 // TestMain lets this test binary be a daemon client: with
@@ -91,25 +92,12 @@ func runClient(t *testing.T, home, command string, wrap ...string) clientOutcome
 	return o
 }
 
-// needTool fails (under CI) or skips when a sandboxing tool is missing.
-func needTool(t *testing.T, name string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is needed to test the daemon's namespace check: %v", name, err)
-		}
-		t.Skipf("%s not installed", name)
-	}
-}
-
 // TestDaemonRefusesSandboxedCallers (N9): a caller in another mount, PID,
 // network or user namespace than the daemon's, or under no_new_privs, is
 // refused with CodeSandboxed before anything runs (its command would have
 // run outside its sandbox); a caller beside the daemon is served.
 func TestDaemonRefusesSandboxedCallers(t *testing.T) {
-	for _, tool := range []string{"unshare", "bwrap", "setpriv"} {
-		needTool(t, tool)
-	}
+	testenv.Need(t, testenv.Namespaces, testenv.Programs("unshare", "bwrap", "setpriv"))
 	home, _ := serve(t, 0)
 	dir := t.TempDir()
 	sandboxes := map[string][]string{

@@ -17,6 +17,7 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backend/local"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/testenv"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -125,13 +126,11 @@ func TestFileWriterDecliningFallsBackToShell(t *testing.T) {
 // TestConformanceBusybox runs the shell path with nothing but busybox on
 // PATH (its sh, grep, find, stat ...), as in a minimal container.
 func TestConformanceBusybox(t *testing.T) {
-	bb, err := exec.LookPath("busybox")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("busybox not installed (apt-get install busybox-static)")
-		}
-		t.Skip("busybox not installed")
-	}
+	var bb string
+	testenv.Need(t, testenv.BusyBox, func() (err error) {
+		bb, err = exec.LookPath("busybox")
+		return err
+	})
 	dir := t.TempDir()
 	out, err := exec.Command(bb, "--list").Output()
 	if err != nil {

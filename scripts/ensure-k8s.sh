@@ -8,8 +8,9 @@
 #   bash scripts/ensure-k8s.sh kubeconfig   print the admin kubeconfig's path
 #
 # The cluster is Kubernetes $BERTH_K8S_VERSION (pinned v1.32.0) built from
-# the Go module proxy (scripts/k8s/build.sh, once per machine: the binaries
-# are cached in $BERTH_K8S_CACHE, default /var/cache/berth-k8s/v1.32.0), with
+# the Go module proxy (scripts/k8s/build.sh, once per machine, only the four
+# binaries it runs, no kubectl: they are cached in $BERTH_K8S_CACHE, default
+# /var/cache/berth-k8s/v1.32.0), with
 # Debian's etcd, containerd, runc and CNI plugins. It runs, all on
 # 127.0.0.1:
 #
@@ -74,7 +75,16 @@ die() {
 	exit 1
 }
 
-kc() { "$BIN/kubectl" --kubeconfig "$S/admin.kubeconfig" "$@"; }
+# api METHOD PATH [curl options]: a request to the API server as the
+# administrator; fails on an HTTP error. (No kubectl: it is not built, no
+# test needs it.) The user agent is not curl's: the API server indents its
+# JSON for curl, and the checks below match it unindented.
+api() {
+	local method=$1 path=$2
+	shift 2
+	curl -sSf --max-time 10 -A berth-ensure-k8s --cacert "$S/pki/ca.crt" --cert "$S/pki/admin.crt" --key "$S/pki/admin.key" \
+		-X "$method" "https://127.0.0.1:$API_PORT$path" "$@"
+}
 
 pidof_() { # component -> pid when it runs
 	local f="$S/run/$1.pid" p
@@ -92,8 +102,12 @@ api_ready() {
 		--cert "$S/pki/admin.crt" --key "$S/pki/admin.key" "https://127.0.0.1:$API_PORT/readyz")" == 200 ]]
 }
 
+# The API server writes a NodeCondition's fields in its struct's order,
+# type then status, without spaces. (Read whole, then matched: grep -q in a
+# pipe could end curl with SIGPIPE, which pipefail counts as a failure.)
 node_ready() {
-	[[ "$(kc get node "$NODE" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
+	local node
+	node=$(api GET "/api/v1/nodes/$NODE" 2>/dev/null) && [[ $node == *'"type":"Ready","status":"True"'* ]]
 }
 
 healthy() {
@@ -176,7 +190,15 @@ stop_node() {
 
 if [[ $cmd == down ]]; then
 	if api_ready && running kubelet; then
-		kc delete pods --all -A --grace-period=1 --wait=true --timeout=30s >/dev/null 2>&1 || true
+		# Every pod, in every namespace, with a second's grace; wait up to
+		# 30 s for them to go.
+		for ns in $(api GET /api/v1/namespaces 2>/dev/null | grep -o '"metadata":{"name":"[^"]*"' | cut -d'"' -f6); do
+			api DELETE "/api/v1/namespaces/$ns/pods?gracePeriodSeconds=1" >/dev/null 2>&1 || true
+		done
+		for _ in $(seq 1 300); do
+			pods=$(api GET '/api/v1/pods?limit=1' 2>/dev/null) && [[ $pods == *'"items":[]'* ]] && break
+			sleep 0.1
+		done
 	fi
 	stop_node
 	stop scheduler
@@ -489,7 +511,13 @@ if ! running scheduler; then
 fi
 
 # --- cluster objects (before the node: the provisioner needs its RBAC) ---
-kc apply -f - >/dev/null <<EOF || die "create the storage class, runtime class and provisioner RBAC"
+# apply COLLECTION NAME < yaml: create or update the object (server-side
+# apply, as the field manager berth-ensure-k8s).
+apply() {
+	api PATCH "$1/$2?fieldManager=berth-ensure-k8s&force=true" -H 'Content-Type: application/apply-patch+yaml' \
+		--data-binary @- -o /dev/null || die "create or update $1/$2"
+}
+apply /apis/storage.k8s.io/v1/storageclasses berth-tmpfs <<EOF
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata:
@@ -499,13 +527,15 @@ metadata:
 provisioner: berth.test/tmpfs
 reclaimPolicy: Delete
 volumeBindingMode: Immediate
----
+EOF
+apply /apis/node.k8s.io/v1/runtimeclasses berth-runc <<EOF
 apiVersion: node.k8s.io/v1
 kind: RuntimeClass
 metadata:
   name: berth-runc
 handler: runc
----
+EOF
+apply /apis/rbac.authorization.k8s.io/v1/clusterroles berth-tmpfs-provisioner <<EOF
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
@@ -523,7 +553,8 @@ rules:
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
----
+EOF
+apply /apis/rbac.authorization.k8s.io/v1/clusterrolebindings berth-tmpfs-provisioner <<EOF
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata:
@@ -590,25 +621,31 @@ if ! node_whole; then
 		--config="$S/kubelet-config.yaml" --kubeconfig="$S/kubelet.kubeconfig" \
 		--root-dir=/var/lib/kubelet --cert-dir=/var/lib/kubelet/pki \
 		--hostname-override="$NODE" --cloud-provider=external --v=1
-	waitfor kubelet 60 kc get node "$NODE" -o name >/dev/null 2>&1 ||
+	waitfor kubelet 60 api GET "/api/v1/nodes/$NODE" -o /dev/null 2>/dev/null ||
 		fail_with_log kubelet "kubelet did not register node $NODE"
 	# kubelet refuses a loopback --node-ip; with --cloud-provider=external
 	# and none it publishes only a Hostname and keeps addresses already
 	# set. Play cloud provider: the apiserver reaches the kubelet (exec,
 	# logs) at InternalIP 127.0.0.1.
-	kc patch node "$NODE" --subresource=status --type=merge \
-		-p "{\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"127.0.0.1\"},{\"type\":\"Hostname\",\"address\":\"$NODE\"}]}}" >/dev/null ||
+	api PATCH "/api/v1/nodes/$NODE/status" -H 'Content-Type: application/merge-patch+json' -o /dev/null \
+		-d "{\"status\":{\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"127.0.0.1\"},{\"type\":\"Hostname\",\"address\":\"$NODE\"}]}}" ||
 		die "patch the node's addresses"
 	# The node carries node.cloudprovider.kubernetes.io/uninitialized until
-	# a cloud controller clears it: there is none.
-	kc taint node "$NODE" node.cloudprovider.kubernetes.io/uninitialized- >/dev/null 2>&1 || true
+	# a cloud controller clears it: there is none. Remove it wherever it is
+	# in the list (a JSON patch that tests the key before it removes).
+	for i in 0 1 2 3 4 5 6 7; do
+		if api PATCH "/api/v1/nodes/$NODE" -H 'Content-Type: application/json-patch+json' -o /dev/null 2>/dev/null \
+			-d "[{\"op\":\"test\",\"path\":\"/spec/taints/$i/key\",\"value\":\"node.cloudprovider.kubernetes.io/uninitialized\"},{\"op\":\"remove\",\"path\":\"/spec/taints/$i\"}]"; then
+			break
+		fi
+	done
 
 	launch provisioner nsenter --mount --target "$ns" -- "$PROV" \
 		--kubeconfig="$S/provisioner.kubeconfig" --dir="$S/volumes"
 fi
 waitfor kubelet "$WAIT" node_ready || fail_with_log kubelet "node $NODE did not become Ready"
 
-waitfor controller-manager 60 kc get serviceaccount default -n default -o name >/dev/null 2>&1 ||
+waitfor controller-manager 60 api GET /api/v1/namespaces/default/serviceaccounts/default -o /dev/null 2>/dev/null ||
 	fail_with_log controller-manager "the default service account did not appear"
 
 say "cluster up (kubeconfig: $S/admin.kubeconfig)"

@@ -17,6 +17,7 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backend/local"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/testenv"
 	"github.com/a55dbaac/berth/session"
 )
 
@@ -30,25 +31,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// requireRoot skips a test that needs root on a laptop, and fails it in CI.
+// requireRoot skips a test unless BERTH_TEST_ENGINES selects root, and
+// fails it where root is selected and the tests do not run as root or
+// one of tools is missing.
 func requireRoot(t *testing.T, tools ...string) {
 	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "needs root"
-	}
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil && why == "" {
-			why = "needs " + tool
-		}
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s (CI is set: not skipping)", why)
-	}
-	t.Skip(why)
+	testenv.Need(t, testenv.Root, testenv.All(testenv.IsRoot, testenv.Programs(tools...)))
 }
 
 func newLocal(t testing.TB, cwd string) backend.Backend {

@@ -8,6 +8,7 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backendtest"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 )
 
 // TestConformance is the docker backend's one entry into berth's suite,
@@ -15,6 +16,7 @@ import (
 // image (one per group of the suite), persistent containers for the
 // Persistence group, and the docker-only tests as the Internal group.
 func TestConformance(t *testing.T) {
+	dockerenv.Require(t)
 	backendtest.Run(t, Name, backendtest.Config{Setup: func(t *testing.T) backendtest.Target {
 		return backendtest.Target{New: func(t testing.TB) backend.Backend {
 			return newBackend(t, testOptions(t, nil))

@@ -39,6 +39,7 @@ func BenchmarkTrivialCommand(b *testing.B) {
 func BenchmarkKubectlExec(b *testing.B) {
 	f := newFixture(b)
 	be := newBackend(b, f.options(b, nil))
+	f.cl.KubectlPath(b) // built (the first time) before the clock starts
 	for b.Loop() {
 		kubectlExec(b, f, be.PodName())
 	}
@@ -77,7 +78,7 @@ func apiExec(ctx context.Context, be *Backend) error {
 }
 
 func kubectlExec(b testing.TB, f *fixture, pod string) {
-	out, err := exec.Command(f.cl.Kubectl, "--kubeconfig", f.cl.Kubeconfig, "exec", "-n", f.ns, pod, "--",
+	out, err := exec.Command(f.cl.KubectlPath(b), "--kubeconfig", f.cl.Kubeconfig, "exec", "-n", f.ns, pod, "--",
 		"bash", "-c", bench.TrivialCommand).CombinedOutput()
 	if err != nil {
 		b.Fatalf("kubectl exec: %v %s", err, out)

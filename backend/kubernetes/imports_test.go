@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -16,12 +15,10 @@ import (
 // (rest.go), over only the groups it uses. Tests may use the clientset:
 // go list -deps without -test does not see them.
 func TestImports(t *testing.T) {
+	// go test puts its own go command first on the tests' PATH.
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("no go command to list the package's imports (CI is set, so this fails instead of skipping):", err)
-		}
-		t.Skip("no go command to list the package's imports:", err)
+		t.Fatal("no go command to list the package's imports (go test puts its own on PATH; run this test with go test):", err)
 	}
 	const pkg = "github.com/a55dbaac/berth/backend/kubernetes"
 	out, err := exec.Command(gobin, "list", "-deps", pkg).Output()

@@ -18,6 +18,7 @@ import (
 	"github.com/a55dbaac/berth/backend/hostproc"
 	"github.com/a55dbaac/berth/backend/local"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/testenv"
 	"github.com/a55dbaac/berth/session"
 )
 
@@ -34,16 +35,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// requireRoot skips on a laptop without root, and fails in CI.
+// requireRoot skips unless BERTH_TEST_ENGINES selects root, and fails
+// where it is selected and the tests do not run as root (the helper runs
+// as another user).
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("needs root to run the helper as another user (CI is set: not skipping)")
-	}
-	t.Skip("needs root to run the helper as another user")
+	testenv.Need(t, testenv.Root, testenv.IsRoot)
 }
 
 func helperSession() *session.Session {

@@ -21,21 +21,22 @@ import (
 	"github.com/a55dbaac/berth/backendtest"
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/files"
+	"github.com/a55dbaac/berth/internal/testenv"
 	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/process"
 	"github.com/a55dbaac/berth/terminal"
 )
 
-// requireConfinement skips where this kernel cannot confine, and fails in
-// CI, which runs on one that can.
+// requireConfinement skips unless BERTH_TEST_ENGINES selects landlock,
+// and fails where it is selected and this kernel cannot confine.
 func requireConfinement(t *testing.T) {
 	t.Helper()
-	if m := confine.Probe().Missing(confine.Policy{Network: confine.NetworkLoopback}); len(m) > 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("this kernel cannot confine (CI is set: not skipping): %s", strings.Join(m, "; "))
+	testenv.Need(t, testenv.Landlock, func() error {
+		if m := confine.Probe().Missing(confine.Policy{Network: confine.NetworkLoopback}); len(m) > 0 {
+			return fmt.Errorf("this kernel cannot confine: %s", strings.Join(m, "; "))
 		}
-		t.Skipf("this kernel cannot confine: %s", strings.Join(m, "; "))
-	}
+		return nil
+	})
 }
 
 var (
@@ -44,15 +45,11 @@ var (
 )
 
 // python returns the python3 interpreter itself (a version manager's
-// shim costs seconds per start on a loaded machine); fails in CI without.
+// shim costs seconds per start on a loaded machine); the confinement
+// tests write their attacks in it.
 func python(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("python3 not found (CI is set: not skipping)")
-		}
-		t.Skip("python3 not found")
-	}
+	testenv.Need(t, testenv.Landlock, testenv.Programs("python3"))
 	pythonOnce.Do(func() {
 		out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
 		if pythonExe = strings.TrimSpace(string(out)); err != nil || pythonExe == "" {

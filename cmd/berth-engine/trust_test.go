@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/daemon/wire"
+	"github.com/a55dbaac/berth/internal/testenv"
 )
 
 // waitFor polls cond until it holds; the bound is for a hang, not a
@@ -142,12 +143,7 @@ func TestProcessesAreNotDumpable(t *testing.T) {
 // write the host, and sees the sandbox's network namespace. Outside, the
 // daemon still serves, its environment intact.
 func TestSandboxedExecRunsInItsSandbox(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("bwrap is needed for this test")
-		}
-		t.Skip("bwrap not installed")
-	}
+	testenv.Need(t, testenv.Namespaces, testenv.Programs("bwrap"))
 	d := newDaemonEnv(t)
 	d.mustRun(t, 0, "exec", "--", "export A=1; echo daemon started outside")
 	marker := filepath.Join(t.TempDir(), "escaped-marker")

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/a55dbaac/berth/internal/testenv"
 )
 
 func TestSelfIsNotGone(t *testing.T) {
@@ -130,26 +132,13 @@ func TestMain(m *testing.M) {
 	os.Exit(0)
 }
 
-// needUnshare skips a test that needs root and util-linux's unshare and
-// setpriv when they are missing, except under CI, where it fails it.
+// needUnshare skips a test unless BERTH_TEST_ENGINES selects root and
+// namespaces, and fails it where they are selected and root (for unshare
+// --pid and mount -t proc) or util-linux's unshare and setpriv are missing.
 func needUnshare(t *testing.T) {
 	t.Helper()
-	msg := ""
-	if os.Geteuid() != 0 {
-		msg = "needs root for unshare --pid and mount -t proc"
-	}
-	for _, tool := range []string{"unshare", "setpriv"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			msg = tool + " (util-linux) not installed"
-		}
-	}
-	if msg == "" {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	testenv.Need(t, testenv.Root, testenv.IsRoot)
+	testenv.Need(t, testenv.Namespaces, testenv.Programs("unshare", "setpriv"))
 }
 
 // TestLiveBerthInChildNamespaceIsNotGone is N11's repro: a process in a

@@ -19,6 +19,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
+
+	"github.com/a55dbaac/berth/internal/testenv"
 )
 
 // mainThreadDomain is a Domain made by TestMain with its goroutine
@@ -52,27 +54,17 @@ func requirementsMet() bool {
 	return len(Probe().Missing(Policy{Network: NetworkLoopback})) == 0
 }
 
-// requireKernel skips where this kernel cannot enforce the whole
-// confinement, and fails in CI, which runs on one that can.
+// requireKernel skips unless BERTH_TEST_ENGINES selects landlock, and
+// fails where it is selected and this kernel cannot enforce the whole
+// confinement.
 func requireKernel(t *testing.T) {
 	t.Helper()
-	if m := Probe().Missing(Policy{Network: NetworkLoopback}); len(m) > 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("this kernel cannot confine (CI is set: not skipping): %s", strings.Join(m, "; "))
+	testenv.Need(t, testenv.Landlock, func() error {
+		if m := Probe().Missing(Policy{Network: NetworkLoopback}); len(m) > 0 {
+			return fmt.Errorf("this kernel cannot confine: %s", strings.Join(m, "; "))
 		}
-		t.Skipf("this kernel cannot confine: %s", strings.Join(m, "; "))
-	}
-}
-
-// need skips without a program the test drives, and fails in CI.
-func need(t *testing.T, prog string) {
-	t.Helper()
-	if _, err := exec.LookPath(prog); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s not found (CI is set: not skipping)", prog)
-		}
-		t.Skipf("%s not found", prog)
-	}
+		return nil
+	})
 }
 
 var (
@@ -84,7 +76,7 @@ var (
 // shim, which costs seconds per start on a loaded machine).
 func python(t *testing.T) string {
 	t.Helper()
-	need(t, "python3")
+	testenv.Need(t, testenv.Landlock, testenv.Programs("python3")) // the attacks are written in it
 	pythonOnce.Do(func() {
 		out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
 		pythonExe = strings.TrimSpace(string(out))

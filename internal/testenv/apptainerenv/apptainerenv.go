@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/internal/procmark"
+	"github.com/a55dbaac/berth/internal/testenv"
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 )
 
@@ -54,13 +55,11 @@ func missing() string {
 	return ""
 }
 
-func skipOrFail(t testing.TB, msg string) {
+// need skips the test unless BERTH_TEST_ENGINES selects apptainer, and
+// fails it when apptainer is selected and probe finds something missing.
+func need(t testing.TB, probe func() error) {
 	t.Helper()
-	msg = "apptainerenv: " + msg
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	testenv.Need(t, testenv.Apptainer, probe)
 }
 
 var (
@@ -148,14 +147,17 @@ func removeStale(keep string) {
 // or crashed before their clean-up) left running (see ReapLeftovers). It
 // returns the directory holding the `apptainer` executable.
 //
-// When root, bubblewrap or squashfs-tools are missing it skips the test,
-// except under CI (the CI variable set), where it fails it. It uses t.Setenv,
-// so the test cannot be parallel.
+// It skips the test unless BERTH_TEST_ENGINES selects apptainer, and fails
+// it when apptainer is selected and root, bubblewrap or squashfs-tools are
+// missing. It uses t.Setenv, so the test cannot be parallel.
 func Require(t testing.TB) string {
 	t.Helper()
-	if msg := missing(); msg != "" {
-		skipOrFail(t, msg)
-	}
+	need(t, func() error {
+		if msg := missing(); msg != "" {
+			return errors.New(msg)
+		}
+		return nil
+	})
 	buildOnce.Do(func() { buildDir, buildErr = build() })
 	if buildErr != nil {
 		t.Fatalf("apptainerenv: %v", buildErr)

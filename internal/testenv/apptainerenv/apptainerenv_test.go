@@ -571,9 +571,12 @@ func TestLimits(t *testing.T) {
 	}
 	// With "systemd cgroups = no" the cgroupfs manager applies them.
 	RequireConf(t, "systemd cgroups = no")
-	if err := probeCgroupWrite(); err != nil {
-		skipOrFail(t, "cgroups not writable here: "+err.Error())
-	}
+	need(t, func() error {
+		if err := probeCgroupWrite(); err != nil {
+			return fmt.Errorf("cgroups not writable here: %w", err)
+		}
+		return nil
+	})
 	pid := startInstance(t, img, "m2", "--containall", "--no-home", "--writable-tmpfs", "--memory", "256M", "--cpus", "0.5")
 	r := ok(t, "exec", "--pwd", "/", "instance://m2", "cat", "/proc/self/cgroup")
 	if !strings.Contains(r.stdout, fmt.Sprintf("/apptainer/%d\n", pid)) {

@@ -14,8 +14,8 @@ import (
 // Start starts a fake for a test on the real Docker daemon, with the test
 // image (dockerenv.Image) as the image of sandboxes created without one.
 // It keeps a warm pool of one container per sandbox shape. It is closed, and everything it created removed, when the test ends. Like
-// dockerenv.Require it skips without a daemon, and fails instead when CI
-// is set.
+// dockerenv.Require it skips unless BERTH_TEST_ENGINES selects docker, and
+// fails when docker is selected and no daemon answers.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	return StartUnkind(t, Unkind{})

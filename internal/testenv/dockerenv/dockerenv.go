@@ -2,7 +2,8 @@
 // built from the host's own binaries, since no registry can be reached from
 // the machines berth is developed and tested on.
 //
-// Start a daemon first with scripts/ensure-docker.sh (CI does this in .ci/run).
+// Start a daemon first with scripts/ensure-docker.sh (make test does), and
+// select the engine with BERTH_TEST_ENGINES=docker (see package testenv).
 package dockerenv
 
 import (
@@ -27,6 +28,8 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+
+	"github.com/a55dbaac/berth/internal/testenv"
 )
 
 // ImageRef is the tag of the test image Image builds.
@@ -39,19 +42,19 @@ const labelBusybox = "berth.test.busybox"
 // Require connects to the Docker daemon named by DOCKER_HOST (default
 // /var/run/docker.sock) and returns a client closed at the end of the test.
 //
-// When no daemon answers it skips the test, except when the CI environment
-// variable is set: then it fails it, so a missing daemon never passes
-// silently in CI.
+// It asks testenv.Need for the docker engine first: the test is skipped
+// unless BERTH_TEST_ENGINES selects docker, and fails when docker is
+// selected and no daemon answers.
 func Require(t testing.TB) *client.Client {
 	t.Helper()
-	cli, err := connect()
-	if err != nil {
-		msg := fmt.Sprintf("dockerenv: no Docker daemon answers (%v); run scripts/ensure-docker.sh", err)
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
+	var cli *client.Client
+	testenv.Need(t, testenv.Docker, func() (err error) {
+		cli, err = connect()
+		if err != nil {
+			return fmt.Errorf("no Docker daemon answers: %w", err)
 		}
-		t.Skip(msg)
-	}
+		return nil
+	})
 	t.Cleanup(func() { cli.Close() })
 	return cli
 }

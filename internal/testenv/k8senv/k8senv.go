@@ -4,9 +4,9 @@
 // test image imported into it.
 //
 // Start the cluster first with scripts/ensure-k8s.sh (make test's deps
-// target does). Tests that find no cluster skip, except when the CI
-// environment variable is set: then they fail, so a missing cluster never
-// passes silently in CI.
+// target does), and select the engine with BERTH_TEST_ENGINES=kubernetes:
+// a test that needs the cluster skips unless it is selected, and fails
+// when it is selected and does not answer (see package testenv).
 package k8senv
 
 import (
@@ -38,6 +38,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/a55dbaac/berth/internal/procmark"
+	"github.com/a55dbaac/berth/internal/testenv"
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 )
 
@@ -56,9 +57,8 @@ type Cluster struct {
 	Config     *rest.Config
 	Client     kubernetes.Interface
 	// State is the cluster's state directory (BERTH_K8S_STATE, default
-	// /var/lib/berth-k8s); Kubectl the kubectl built with it.
-	State   string
-	Kubectl string
+	// /var/lib/berth-k8s).
+	State string
 }
 
 // stateDir is where ensure-k8s.sh keeps the cluster.
@@ -80,18 +80,19 @@ func cacheDir() string {
 	return "/var/cache/berth-k8s/" + v
 }
 
-// Require returns the running test cluster. When it does not answer the
-// test is skipped, or failed when CI is set.
+// Require returns the running test cluster. The test is skipped unless
+// BERTH_TEST_ENGINES selects kubernetes, and fails when the cluster is
+// selected and does not answer.
 func Require(t testing.TB) *Cluster {
 	t.Helper()
-	c, err := find()
-	if err != nil {
-		msg := fmt.Sprintf("k8senv: no test cluster answers (%v); run scripts/ensure-k8s.sh (as root)", err)
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
+	var c *Cluster
+	testenv.Need(t, testenv.Kubernetes, func() (err error) {
+		c, err = find()
+		if err != nil {
+			return fmt.Errorf("no test cluster answers: %w", err)
 		}
-		t.Skip(msg)
-	}
+		return nil
+	})
 	return c
 }
 
@@ -122,7 +123,7 @@ func find() (*Cluster, error) {
 	if !ready {
 		return nil, fmt.Errorf("node %s is not Ready", NodeName)
 	}
-	return &Cluster{Kubeconfig: kc, Config: cfg, Client: cs, State: state, Kubectl: filepath.Join(cacheDir(), "bin", "kubectl")}, nil
+	return &Cluster{Kubeconfig: kc, Config: cfg, Client: cs, State: state}, nil
 }
 
 // Namespace creates a namespace for the test (its default service account
@@ -305,6 +306,27 @@ func (c *Cluster) Ensure(t testing.TB) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("k8senv: %s up: %v\n%s", script, err, out)
 	}
+}
+
+// KubectlPath returns the kubectl of the cluster's version, built the first
+// time it is asked for (scripts/k8s/build.sh kubectl: minutes, then cached
+// beside the cluster's binaries). No test needs it, and the cluster's
+// set-up does not build it; the kubectl exec benchmark does.
+func (c *Cluster) KubectlPath(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(cacheDir(), "bin", "kubectl")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	script, err := repoFile("scripts/k8s/build.sh")
+	if err != nil {
+		t.Fatalf("k8senv: kubectl is not built and its build script cannot be found: %v", err)
+	}
+	t.Logf("k8senv: building kubectl (bash %s kubectl), once", script)
+	if out, err := exec.Command("bash", script, "kubectl").CombinedOutput(); err != nil {
+		t.Fatalf("k8senv: build kubectl (bash %s kubectl): %v\n%s", script, err, out)
+	}
+	return p
 }
 
 // repoFile finds path relative to the repository root above the working

@@ -10,7 +10,8 @@ import (
 )
 
 // Start runs a fake for one test on the tests' Docker daemon (see
-// dockerenv.Require: it skips without a daemon, and fails under CI) and
+// dockerenv.Require: it skips unless docker is selected, and fails when it
+// is selected and no daemon answers) and
 // closes it at cleanup, failing the test if anything could not be removed.
 // It builds the test image first, so dockerenv.ImageRef can be used as a
 // registry image.

@@ -3,8 +3,9 @@
 // user, and a temporary HOME (with an empty ~/.ssh) for the client side, so
 // tests never touch the real ~/.ssh or the system sshd.
 //
-// When /usr/sbin/sshd is missing, Start skips the test, or fails it when the
-// CI environment variable is set (run scripts/ensure-sshd.sh to install it).
+// Start skips the test unless BERTH_TEST_ENGINES selects ssh, and fails it
+// when ssh is selected and /usr/sbin/sshd is missing (run
+// scripts/ensure-sshd.sh to install it); see package testenv.
 package sshenv
 
 import (
@@ -29,6 +30,8 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/a55dbaac/berth/internal/testenv"
 )
 
 // SSHDPath is the sshd binary the package runs.
@@ -92,12 +95,7 @@ func WithForwarding(permitOpen ...string) Option {
 // internal-sftp.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	if err := Available(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("sshenv: %v", err)
-		}
-		t.Skipf("sshenv: %v", err)
-	}
+	testenv.Need(t, testenv.SSH, Available)
 	u, err := user.Current()
 	if err != nil {
 		t.Fatalf("sshenv: current user: %v", err)
@@ -470,31 +468,32 @@ func (s *Server) KnownHostsLine() string {
 // Netcat returns a command that relays its stdin and stdout to a TCP
 // address given as two more words (host port), for ProxyCommand tests:
 // busybox's nc applet (scripts/ensure-docker.sh installs busybox-static).
-// When there is none, it skips the test, or fails it when CI is set.
+// It skips the test unless BERTH_TEST_ENGINES selects busybox, and fails it
+// when busybox is selected and has no nc.
 func Netcat(t testing.TB) string {
 	t.Helper()
-	var reasons []string
-	for _, bb := range []string{"/bin/busybox", "/usr/bin/busybox"} {
-		if _, err := os.Stat(bb); err != nil {
-			reasons = append(reasons, err.Error())
-			continue
-		}
-		out, err := exec.Command(bb, "--list").Output()
-		if err != nil {
-			reasons = append(reasons, fmt.Sprintf("%s --list: %v", bb, err))
-			continue
-		}
-		for _, applet := range strings.Fields(string(out)) {
-			if applet == "nc" {
-				return bb + " nc"
+	var nc string
+	testenv.Need(t, testenv.BusyBox, func() error {
+		var reasons []string
+		for _, bb := range []string{"/bin/busybox", "/usr/bin/busybox"} {
+			if _, err := os.Stat(bb); err != nil {
+				reasons = append(reasons, err.Error())
+				continue
 			}
+			out, err := exec.Command(bb, "--list").Output()
+			if err != nil {
+				reasons = append(reasons, fmt.Sprintf("%s --list: %v", bb, err))
+				continue
+			}
+			for _, applet := range strings.Fields(string(out)) {
+				if applet == "nc" {
+					nc = bb + " nc"
+					return nil
+				}
+			}
+			reasons = append(reasons, bb+" has no nc applet")
 		}
-		reasons = append(reasons, bb+" has no nc applet")
-	}
-	msg := "sshenv: no busybox nc for the ProxyCommand relay (install busybox-static): " + strings.Join(reasons, "; ")
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+		return fmt.Errorf("no busybox nc for the ProxyCommand relay: %s", strings.Join(reasons, "; "))
+	})
+	return nc
 }

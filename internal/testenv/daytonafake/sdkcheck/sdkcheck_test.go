@@ -6,9 +6,10 @@
 //
 // The SDK is installed with the machine's npm (npm ci, scripts off) into a
 // cache directory named for the lock file's hash, under the user's cache
-// directory (or $BERTH_SDKCHECK_CACHE), once: later runs reuse it. Without
-// node and npm, or when npm cannot install, the test skips, and fails
-// instead when CI is set.
+// directory (or $BERTH_SDKCHECK_CACHE), once: later runs reuse it. The test
+// skips unless BERTH_TEST_ENGINES selects node (and docker, for the fake's
+// sandboxes), and fails when node is selected and node, npm or the install
+// is missing (see package testenv).
 package sdkcheck
 
 import (
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/internal/randhex"
+	"github.com/a55dbaac/berth/internal/testenv"
 	"github.com/a55dbaac/berth/internal/testenv/daytonafake"
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 )
@@ -34,30 +36,32 @@ import (
 // sdkVersion is the @daytonaio/sdk version package.json pins.
 const sdkVersion = "0.218.0"
 
-// unavailable skips the test, or fails it when CI is set.
-func unavailable(t *testing.T, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s (CI is set, so this fails instead of skipping)", msg)
-	}
-	t.Skip(msg + " (set CI to make this fail)")
-}
-
 // install returns a directory holding check.mjs beside node_modules with
-// the pinned SDK, installing it into the cache the first time.
+// the pinned SDK, installing it into the cache the first time. It skips
+// the test unless node is selected, and fails it when node is selected and
+// node, npm or the SDK's install is missing.
 func install(t *testing.T) (dir, node string) {
 	t.Helper()
-	node, err := exec.LookPath("node")
+	testenv.Need(t, testenv.Node, func() (err error) {
+		dir, node, err = installSDK(t)
+		return err
+	})
+	return dir, node
+}
+
+// installSDK is install, reporting what is missing as an error.
+func installSDK(t *testing.T) (dir, node string, err error) {
+	t.Helper()
+	node, err = exec.LookPath("node")
 	if err != nil {
-		unavailable(t, "sdkcheck: no node on PATH to run Daytona's TypeScript SDK (Debian: apt-get install nodejs npm)")
+		return "", "", errors.New("sdkcheck: no node on PATH to run Daytona's TypeScript SDK (Debian: apt-get install nodejs npm)")
 	}
 	if v, err := exec.Command(node, "--version").Output(); err != nil || !nodeAtLeast20(strings.TrimSpace(string(v))) {
-		unavailable(t, "sdkcheck: Daytona's TypeScript SDK needs Node.js 20 or later; %s is %q (%v)", node, strings.TrimSpace(string(v)), err)
+		return "", "", fmt.Errorf("sdkcheck: Daytona's TypeScript SDK needs Node.js 20 or later; %s is %q (%v)", node, strings.TrimSpace(string(v)), err)
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		unavailable(t, "sdkcheck: no npm on PATH to install Daytona's TypeScript SDK (Debian: apt-get install npm)")
+		return "", "", errors.New("sdkcheck: no npm on PATH to install Daytona's TypeScript SDK (Debian: apt-get install npm)")
 	}
 	pkg, err := os.ReadFile("package.json")
 	if err != nil {
@@ -101,7 +105,7 @@ func install(t *testing.T) (dir, node string) {
 		cmd.Stdout, cmd.Stderr = &out, &out
 		start := time.Now()
 		if err := cmd.Run(); err != nil {
-			unavailable(t, "sdkcheck: npm ci of @daytonaio/sdk@%s failed: %v\n%s", sdkVersion, err, out.String())
+			return "", "", fmt.Errorf("sdkcheck: npm ci of @daytonaio/sdk@%s failed: %v\n%s", sdkVersion, err, out.String())
 		}
 		t.Logf("installed @daytonaio/sdk@%s into %s in %s", sdkVersion, dir, time.Since(start).Round(time.Second))
 		if err := os.Rename(tmp, dir); err != nil {
@@ -111,7 +115,7 @@ func install(t *testing.T) (dir, node string) {
 			}
 		}
 	}
-	return dir, node
+	return dir, node, nil
 }
 
 // nodeAtLeast20 reports whether a `node --version` answer (v20.1.0) is
@@ -161,6 +165,7 @@ func runCheck(t *testing.T, dir, node string, fake *daytonafake.Server) {
 // against those it would fail as it fails against Daytona, which is no
 // finding about the fake.
 func TestDaytonaSDK(t *testing.T) {
+	dockerenv.Require(t) // the fake's sandboxes: before the SDK's install
 	dir, node := install(t)
 	t.Run("kind", func(t *testing.T) {
 		runCheck(t, dir, node, daytonafake.Start(t))
