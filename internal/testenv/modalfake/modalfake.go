@@ -13,7 +13,8 @@
 //     RPCs and its real exit status (128+N after signal N, which is what the
 //     SDK's Wait reports for a signal too);
 //   - SnapshotFilesystem is a real commit whose image id ("im-...") new
-//     sandboxes can be created from until it is deleted;
+//     sandboxes can be created from until it is deleted, taken without
+//     pausing the container: a Modal snapshot does not stop the sandbox;
 //   - files opened with Sandbox.Open are real file descriptors inside the
 //     container's root (opened from the host through /proc/PID/root with
 //     RESOLVE_IN_ROOT, so links cannot escape it);

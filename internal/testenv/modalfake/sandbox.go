@@ -808,7 +808,7 @@ func (c *control) SandboxSnapshotFs(ctx context.Context, req *pb.SandboxSnapshot
 	}
 	cfg.Labels = map[string]string{LabelInstance: s.instance, LabelOwner: s.owner}
 	ref := "modalfake/snapshot:" + strings.ToLower(randomID(8))
-	cr, err := s.docker.ContainerCommit(ctx, sb.containerID, client.ContainerCommitOptions{
+	cr, err := s.commit(ctx, sb, client.ContainerCommitOptions{
 		Reference: ref,
 		Comment:   "modalfake snapshot " + id + " of " + sb.id,
 		Config:    &cfg,
@@ -829,4 +829,28 @@ func (c *control) SandboxSnapshotFs(ctx context.Context, req *pb.SandboxSnapshot
 		ImageId: id,
 		Result:  result(pb.GenericResult_GENERIC_STATUS_SUCCESS, 0, ""),
 	}.Build(), nil
+}
+
+// commitAttempts is how many times a snapshot commits before it reports a
+// failure.
+const commitAttempts = 3
+
+// commit commits the running sandbox's container without pausing it: a
+// real Modal snapshot does not stop the sandbox, and a paused container
+// froze every process in it for the whole commit, an exec started then
+// included, whose start (runc init in the frozen cgroup) then hung the
+// daemon's shim. A file cut shorter while Docker copies it breaks that
+// commit ("Error processing tar file ... unexpected EOF"): the snapshot of
+// a running filesystem is taken again, up to commitAttempts times, as
+// Modal's snapshot of a running sandbox does not fail on a file being
+// written.
+func (s *Server) commit(ctx context.Context, sb *sandbox, opts client.ContainerCommitOptions) (client.ContainerCommitResult, error) {
+	opts.NoPause = true
+	for attempt := 1; ; attempt++ {
+		cr, err := s.docker.ContainerCommit(ctx, sb.containerID, opts)
+		if err == nil || attempt == commitAttempts || ctx.Err() != nil || sb.finished() != nil {
+			return cr, err
+		}
+		s.log.Warn("modalfake: snapshot: the commit of a running sandbox failed; committing again", "sandbox", sb.id, "attempt", attempt, "err", err)
+	}
 }
