@@ -18,6 +18,7 @@ import (
 	toolbox "github.com/daytona/clients/toolbox-api-client-go"
 	"github.com/gorilla/websocket"
 
+	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 	"github.com/a55dbaac/berth/internal/testenv/fault"
 )
 
@@ -295,6 +296,19 @@ func TestSeedReplaysDecisions(t *testing.T) {
 	}
 	if slices.Equal(a, other) {
 		t.Fatal("seeds 12345 and 54321 made the same decisions: the seed plays no part")
+	}
+}
+
+// TestSeedFromEnvironment: BERTH_FAKE_SEED gives the fake its seed; a
+// value that is no number is refused with the variable's name.
+func TestSeedFromEnvironment(t *testing.T) {
+	t.Setenv(fault.SeedEnv, "4242")
+	if s := StartRealistic(t); s.Seed() != 4242 {
+		t.Fatalf("seed %d with BERTH_FAKE_SEED=4242", s.Seed())
+	}
+	t.Setenv(fault.SeedEnv, "x")
+	if _, err := New(Options{Docker: dockerenv.Require(t)}); err == nil || !strings.Contains(err.Error(), "BERTH_FAKE_SEED") {
+		t.Fatalf("BERTH_FAKE_SEED=x: %v", err)
 	}
 }
 
