@@ -17,6 +17,8 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/client"
+
+	"github.com/a55dbaac/berth/internal/testenv/fault"
 )
 
 // Queue sizes of Daytona's daemon: input waiting for the terminal, and
@@ -66,8 +68,8 @@ type wsClient struct {
 	send chan wsMsg
 	once sync.Once
 
-	active atomic.Int64 // unix nanoseconds of the last frame either way (Unkind.IdleCut)
-	free   time.Time    // when the link is free again (Unkind.LinkBytesPerSec; writer only)
+	active atomic.Int64    // unix nanoseconds of the last frame either way (Unkind.IdleCut)
+	link   fault.Bandwidth // the link to the client (Unkind.LinkBytesPerSec; writer only)
 }
 
 // touch records a frame on the client's connection.
@@ -500,7 +502,7 @@ func (cl *wsClient) drop(code int, text string) {
 // writer sends a client its queued messages in order. When the session
 // ends it still sends what was queued before (the exit close message
 // among it), then stops.
-func (cl *wsClient) writer(done <-chan struct{}, rate int) {
+func (cl *wsClient) writer(done <-chan struct{}) {
 	send := func(m wsMsg) bool {
 		cl.conn.SetWriteDeadline(time.Now().Add(ptyWriteWait))
 		err := cl.conn.WriteMessage(m.typ, m.data)
@@ -509,7 +511,7 @@ func (cl *wsClient) writer(done <-chan struct{}, rate int) {
 			return false
 		}
 		cl.touch()
-		cl.pace(len(m.data), rate)
+		cl.link.Pace(len(m.data))
 		return true
 	}
 	for {
@@ -531,25 +533,6 @@ func (cl *wsClient) writer(done <-chan struct{}, rate int) {
 				}
 			}
 		}
-	}
-}
-
-// linkBurst is how far ahead of its rate a capped link may send.
-const linkBurst = 50 * time.Millisecond
-
-// pace waits until a link of rate bytes per second has carried n more
-// bytes (Unkind.LinkBytesPerSec); rate 0 means no cap.
-func (cl *wsClient) pace(n, rate int) {
-	if rate <= 0 {
-		return
-	}
-	now := time.Now()
-	if cl.free.Before(now.Add(-linkBurst)) {
-		cl.free = now.Add(-linkBurst)
-	}
-	cl.free = cl.free.Add(time.Duration(n) * time.Second / time.Duration(rate))
-	if d := cl.free.Sub(now); d > 0 {
-		time.Sleep(d)
 	}
 }
 
@@ -635,7 +618,8 @@ func (s *Server) connectPTY(w http.ResponseWriter, r *http.Request, sb *sandbox)
 	p.clients[cl] = true
 	cl.send <- wsMsg{typ: websocket.TextMessage, data: controlMessage("connected", "")}
 	p.mu.Unlock()
-	go cl.writer(p.done, s.opts.Unkind.LinkBytesPerSec)
+	cl.link.BytesPerSec = s.opts.Unkind.LinkBytesPerSec
+	go cl.writer(p.done)
 	stop := make(chan struct{})
 	defer close(stop)
 	if cut := s.opts.Unkind.IdleCut; cut > 0 {

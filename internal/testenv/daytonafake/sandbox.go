@@ -35,6 +35,7 @@ const (
 type sandbox struct {
 	s   *Server
 	ops sync.Mutex // held by the transition in flight
+	ord int        // 1 for the first sandbox the server created, 2 for the next...
 
 	// Guarded by s.mu.
 	id, name        string
@@ -64,6 +65,11 @@ type sandbox struct {
 	dirsOf          string // the container home and work were asked of
 	home, work      string
 }
+
+// ident names the sandbox in the identity of its fault streams: by its
+// number, which (unlike its random id) is the same in every run that
+// creates sandboxes in the same order.
+func (sb *sandbox) ident() string { return "sandbox " + strconv.Itoa(sb.ord) }
 
 // SandboxInfo is what the fake stored for a sandbox, for tests.
 type SandboxInfo struct {
@@ -355,6 +361,8 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	s.nSandboxes++
+	sb.ord = s.nSandboxes
 	s.sandboxes[sb.id] = sb
 	d := sb.dtoLocked()
 	s.mu.Unlock()
@@ -362,7 +370,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	sb.ops.Lock()
 	go func() {
 		defer sb.ops.Unlock()
-		s.jitter()
+		s.delay(s.ctx, where("transition", sb.ident()))
 		if buildErr != nil {
 			sb.setState(apiclient.SANDBOXSTATE_BUILD_FAILED, buildErr.Error())
 			return
@@ -576,7 +584,7 @@ func (s *Server) transition(w http.ResponseWriter, sb *sandbox, from []apiclient
 	s.mu.Unlock()
 	go func() {
 		defer sb.ops.Unlock()
-		s.jitter()
+		s.delay(s.ctx, where("transition", sb.ident()))
 		if err := op(s.ctx, cur); err != nil {
 			sb.setState(apiclient.SANDBOXSTATE_ERROR, fmt.Sprintf("%s: %v", what, err))
 			return
@@ -676,7 +684,9 @@ func (s *Server) archiveSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 // archive commits the stopped container's filesystem to an image and
-// removes the container.
+// removes the container. The container is stopped (archive is refused
+// otherwise, and Disrupt stops it first), so the commit's pause, Docker's
+// default, has no process to freeze.
 func (sb *sandbox) archive(ctx context.Context) error {
 	s := sb.s
 	s.mu.Lock()

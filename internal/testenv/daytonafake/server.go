@@ -50,8 +50,9 @@
 //     at once (the kind fake waits 2 s for room), the exit close message
 //     ahead of queued output, a list that lags creation, 429 with
 //     Retry-After-<bucket>, transient 502/503, execute through the user's
-//     shell, a non-root user, idle websockets cut, random delays. Tests
-//     disrupt a sandbox from outside with Server.Disrupt and
+//     shell, a non-root user, idle websockets cut, random delays, all
+//     drawn from a seed that BERTH_FAKE_SEED gives back (package fault).
+//     Tests disrupt a sandbox from outside with Server.Disrupt and
 //     Server.DisruptOnOutput (stopped, archived, deleted, or in state
 //     error, recoverable or not), and POST /sandbox/{id}/recover brings a
 //     recoverable one back.
@@ -89,6 +90,8 @@ import (
 
 	toolbox "github.com/daytona/clients/toolbox-api-client-go"
 	"github.com/moby/moby/client"
+
+	"github.com/a55dbaac/berth/internal/testenv/fault"
 )
 
 // Options configures a fake.
@@ -118,6 +121,10 @@ type Options struct {
 	// Unkind switches on the ways the real service is hard on clients
 	// (see Unkind; Realistic turns them all on).
 	Unkind Unkind
+	// Seed is the seed the unkind switches draw from (see package fault);
+	// 0 means the one BERTH_FAKE_SEED gives, or a random one when it is
+	// unset.
+	Seed uint64
 }
 
 // Request is one control-plane request as the fake received it.
@@ -147,7 +154,8 @@ type Server struct {
 	toolboxN  int // toolbox calls received
 	closed    bool
 
-	unkind                                unkindState
+	faults                                *fault.Source     // the unkind switches' decisions
+	nSandboxes                            int               // sandboxes created: their numbers (sandbox.ord)
 	limited, transients, dropped, idleCut int               // what the switches did (Unkindness)
 	disruptions                           []armedDisruption // see DisruptOnOutput
 
@@ -175,6 +183,13 @@ func New(opts Options) (*Server, error) {
 	if opts.Addr == "" {
 		opts.Addr = "127.0.0.1:0"
 	}
+	src := fault.NewSource(opts.Seed)
+	if opts.Seed == 0 {
+		var err error
+		if src, err = fault.SourceFromEnv(); err != nil {
+			return nil, fmt.Errorf("daytonafake: %w", err)
+		}
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -195,7 +210,7 @@ func New(opts Options) (*Server, error) {
 		stop:      cancel,
 		sandboxes: map[string]*sandbox{},
 		execs:     map[string]*ptySession{},
-		unkind:    unkindState{buckets: map[string]int{}},
+		faults:    src,
 
 		pool:        map[poolKey][]string{},
 		poolFilling: map[poolKey]bool{},
@@ -216,8 +231,17 @@ func New(opts Options) (*Server, error) {
 		defer s.wg.Done()
 		s.watchExecs(ctx)
 	}()
+	log.Info("daytonafake: listening", "url", s.base, "instance", s.inst, "unkind", opts.Unkind.String(), "seed", src.String())
 	return s, nil
 }
+
+// Seed is the seed the unkind switches draw from.
+func (s *Server) Seed() uint64 { return s.faults.Seed() }
+
+// Decisions returns the decisions the unkind switches made so far, by
+// stream (see fault.Source.Decisions): two servers of one seed that met
+// the same requests return the same.
+func (s *Server) Decisions() []fault.Decision { return s.faults.Decisions() }
 
 // APIURL is the control-plane base URL, what DAYTONA_API_URL names
 // (http://127.0.0.1:PORT/api).
@@ -403,8 +427,9 @@ func (s *Server) apiAuth(h func(http.ResponseWriter, *http.Request)) http.Handle
 			apiError(w, http.StatusUnauthorized, "Invalid credentials")
 			return
 		}
-		s.jitter()
-		if s.transient(w, r) || s.rateLimited(w, r) {
+		subject := s.subject(r)
+		s.delay(r.Context(), where("api", subject))
+		if s.transient(w, "api", subject) || s.rateLimited(w, r, subject) {
 			return
 		}
 		h(w, r)

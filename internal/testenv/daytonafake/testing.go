@@ -9,6 +9,7 @@ import (
 	toolbox "github.com/daytona/clients/toolbox-api-client-go"
 
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
+	"github.com/a55dbaac/berth/internal/testenv/fault"
 )
 
 // Start starts a fake for a test on the real Docker daemon, with the test
@@ -27,15 +28,29 @@ func StartRealistic(t testing.TB) *Server {
 	return StartUnkind(t, Realistic())
 }
 
-// StartUnkind is Start with the given switches.
+// StartUnkind is Start with the given switches. What they draw at random
+// comes from the seed BERTH_FAKE_SEED gives, or a random one; the test's
+// log names it when the fake starts and again when the test fails.
 func StartUnkind(t testing.TB, u Unkind) *Server {
 	t.Helper()
-	cli := dockerenv.Require(t)
-	img := dockerenv.Image(t)
-	s, err := New(Options{Docker: cli, DefaultImage: img, Logger: testLogger(t), WarmPool: 1, Unkind: u})
+	return start(t, Options{Unkind: u})
+}
+
+// start runs a fake with opts, the tests' Docker daemon, the test image
+// as the default and a warm pool of one, for the test.
+func start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	opts.Docker = dockerenv.Require(t)
+	opts.DefaultImage = dockerenv.Image(t)
+	opts.Logger = testLogger(t)
+	opts.WarmPool = 1
+	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("daytonafake: serving %s; unkind: %s; %s", s.APIURL(), opts.Unkind, s.faults)
+	// Registered first, so run last: a failure to close counts too.
+	fault.Report(t, "daytonafake", s.faults)
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Errorf("daytonafake: close: %v", err)

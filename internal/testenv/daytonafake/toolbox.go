@@ -43,8 +43,9 @@ func (s *Server) toolboxAuth(h func(http.ResponseWriter, *http.Request, *sandbox
 			toolboxError(w, r, http.StatusUnauthorized, toolbox.DAEMONERRORCODE_CodeUnauthorized, "unauthorized: invalid credentials")
 			return
 		}
-		s.jitter()
-		if s.transient(w, r) {
+		subject := s.subject(r)
+		s.delay(r.Context(), where("toolbox", subject))
+		if s.transient(w, "toolbox", subject) {
 			return
 		}
 		id := r.PathValue("sandboxId")

@@ -1,12 +1,14 @@
 package daytonafake
 
 import (
-	"math/rand/v2"
+	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/a55dbaac/berth/internal/testenv/fault"
 )
 
 // Unkind holds the switches that make the fake as hard on its clients as
@@ -16,6 +18,15 @@ import (
 // code (github.com/daytonaio/daytona, paths below are in that
 // repository) and documentation, as read for berth's study of its fakes'
 // fidelity (2026-11-25).
+//
+// Unkind is the Daytona plan on the vocabulary of package fault, as
+// modalfake.Faults is Modal's: the switches differ because the services
+// do, the way a fault is drawn does not. The random ones (the nth call a
+// rate limit or a transient failure hits, delays, 502 or 503) are drawn
+// from the server's fault seed (Options.Seed), in a stream per switch and
+// per sandbox (numbered in the order of their creation), so that a seed
+// replays what one sandbox meets whatever the others did meanwhile (see
+// package fault for what it cannot replay).
 //
 // Realistic returns every switch on, with small random delays. What a
 // test must arm itself — a sandbox stopped, archived, errored or deleted
@@ -56,10 +67,11 @@ type Unkind struct {
 	// GET /sandbox; apps/api sandbox search adapter over OpenSearch).
 	ListLag time.Duration
 
-	// RateLimitEvery refuses every Nth control-plane call of each of
-	// Daytona's throttler buckets (authenticated, sandbox-create,
-	// sandbox-lifecycle) with 429 and the header Retry-After-<bucket>:
-	// RetryAfter, without doing it. Sources: apps/api/src/app.module.ts
+	// RateLimitEvery refuses one in every N control-plane calls
+	// (fault.Every) of each of Daytona's throttler buckets
+	// (authenticated, sandbox-create, sandbox-lifecycle), counted per
+	// sandbox the call names, with 429 and the header
+	// Retry-After-<bucket>: RetryAfter, without doing it. Sources: apps/api/src/app.module.ts
 	// (ThrottlerModule with named throttlers "authenticated",
 	// "sandbox-create", "sandbox-lifecycle"); @nestjs/throttler's guard
 	// sets `Retry-After${name === 'default' ? '' : '-' + name}` in seconds
@@ -69,10 +81,11 @@ type Unkind struct {
 	// RetryAfter is the seconds a 429 asks the client to wait; 0 means 1.
 	RetryAfter int
 
-	// TransientEvery answers every Nth request — control plane, toolbox
-	// and websocket upgrade alike — with 502 or 503 (alternately), without
-	// doing it, as a proxy or load balancer does while an upstream
-	// restarts. Sources: apps/proxy/pkg/proxy/retry.go (the toolbox proxy
+	// TransientEvery answers one in every N requests (fault.Every) —
+	// control plane, toolbox and websocket upgrade alike, counted apart
+	// and per sandbox the request names — with 502 or 503, without doing
+	// it, as a proxy or load balancer does while an upstream restarts.
+	// Sources: apps/proxy/pkg/proxy/retry.go (the toolbox proxy
 	// itself retries its upstream 3 times, 150 ms to 1 s apart, and fails
 	// the request when those fail); libs/common-go/pkg/proxy
 	// (ApplyServerTimeouts: "Must sit above any upstream LB/client idle
@@ -110,10 +123,10 @@ type Unkind struct {
 	// LB/client idle timeout"). 0 means never.
 	IdleCut time.Duration
 
-	// Jitter adds a random delay of up to this much to every control-plane
+	// Jitter adds a random delay drawn from it to every control-plane
 	// answer, toolbox call and sandbox state transition: real calls cross
 	// a network and real transitions take time.
-	Jitter time.Duration
+	Jitter fault.Jitter
 }
 
 // Realistic is every switch on, with small random delays: what berth's
@@ -132,26 +145,73 @@ func Realistic() Unkind {
 		ExecShell:        true,
 		NonRootUser:      true,
 		IdleCut:          60 * time.Second,
-		Jitter:           20 * time.Millisecond,
+		Jitter:           fault.Jitter{Max: 20 * time.Millisecond},
 	}
 }
 
 // On reports whether any switch is on.
 func (u Unkind) On() bool { return u != Unkind{} }
 
-// unkindState is the fake's bookkeeping for the switches.
-type unkindState struct {
-	mu        sync.Mutex
-	buckets   map[string]int // calls per throttler bucket
-	requests  int            // requests seen by TransientEvery
-	transient int            // transient answers given
+// String describes the switches that are on, for logs.
+func (u Unkind) String() string {
+	var on []string
+	add := func(ok bool, format string, args ...any) {
+		if ok {
+			on = append(on, fmt.Sprintf(format, args...))
+		}
+	}
+	add(u.DropSlowConsumer, "slow consumers dropped")
+	add(u.LinkBytesPerSec > 0, "link %d B/s", u.LinkBytesPerSec)
+	add(u.CloseFirst, "close before output")
+	add(u.ListLag > 0, "list lag %v", u.ListLag)
+	add(u.RateLimitEvery > 0, "429 on %v calls (retry after %ds)", fault.Every(u.RateLimitEvery), max(u.RetryAfter, 1))
+	add(u.TransientEvery > 0, "502/503 on %v requests", fault.Every(u.TransientEvery))
+	add(u.ExecShell, "execute through the shell")
+	add(u.NonRootUser, "non-root user")
+	add(u.IdleCut > 0, "idle cut %v", u.IdleCut)
+	add(u.Jitter.On(), "delays %v", u.Jitter)
+	if len(on) == 0 {
+		return "none"
+	}
+	return strings.Join(on, ", ")
 }
 
-// jitter sleeps a random delay of up to Unkind.Jitter.
-func (s *Server) jitter() {
-	if j := s.opts.Unkind.Jitter; j > 0 {
-		time.Sleep(rand.N(j))
+// delay sleeps the jitter drawn for the next event of the stream "jitter
+// <where>", or until ctx ends.
+func (s *Server) delay(ctx context.Context, where string) {
+	if j := s.opts.Unkind.Jitter; j.On() {
+		fault.Sleep(ctx, s.faults.Stream("jitter "+where).Delay(j))
 	}
+}
+
+// subject names the sandbox a request's path names, by its number, for
+// the identity of a fault stream; "" when it names none the fake holds.
+func (s *Server) subject(r *http.Request) string {
+	key := r.PathValue("idOrName")
+	if key == "" {
+		key = r.PathValue("sandboxId")
+	}
+	if key == "" {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sb := s.findLocked(key); sb != nil {
+		return sb.ident()
+	}
+	return ""
+}
+
+// where joins the parts of a fault stream's identity, leaving out empty
+// ones.
+func where(parts ...string) string {
+	out := parts[0]
+	for _, p := range parts[1:] {
+		if p != "" {
+			out += " " + p
+		}
+	}
+	return out
 }
 
 // bucket is the Daytona throttler a control-plane call counts against.
@@ -172,19 +232,15 @@ func bucket(r *http.Request) string {
 	return "authenticated"
 }
 
-// rateLimited answers 429 when the call is the RateLimitEvery-th of its
-// bucket.
-func (s *Server) rateLimited(w http.ResponseWriter, r *http.Request) bool {
-	n := s.opts.Unkind.RateLimitEvery
-	if n <= 0 {
+// rateLimited answers 429 when RateLimitEvery hits the call in the stream
+// of its bucket and the sandbox it names.
+func (s *Server) rateLimited(w http.ResponseWriter, r *http.Request, subject string) bool {
+	t := fault.Every(s.opts.Unkind.RateLimitEvery)
+	if !t.On() {
 		return false
 	}
 	b := bucket(r)
-	s.unkind.mu.Lock()
-	s.unkind.buckets[b]++
-	hit := s.unkind.buckets[b]%n == 0
-	s.unkind.mu.Unlock()
-	if !hit {
+	if !s.faults.Stream(where("rate limit", b, subject)).Hit(t) {
 		return false
 	}
 	after := s.opts.Unkind.RetryAfter
@@ -203,26 +259,14 @@ func (s *Server) rateLimited(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// transient answers 502 or 503 when the request is the TransientEvery-th.
-func (s *Server) transient(w http.ResponseWriter, r *http.Request) bool {
-	n := s.opts.Unkind.TransientEvery
-	if n <= 0 {
+// transient answers 502 or 503 when TransientEvery hits the request in
+// the stream of its plane ("api" or "toolbox") and the sandbox it names.
+func (s *Server) transient(w http.ResponseWriter, plane, subject string) bool {
+	t := fault.Every(s.opts.Unkind.TransientEvery)
+	if !t.On() || !s.faults.Stream(where("transient", plane, subject)).Hit(t) {
 		return false
 	}
-	s.unkind.mu.Lock()
-	s.unkind.requests++
-	hit := s.unkind.requests%n == 0
-	code := http.StatusBadGateway
-	if hit {
-		s.unkind.transient++
-		if s.unkind.transient%2 == 0 {
-			code = http.StatusServiceUnavailable
-		}
-	}
-	s.unkind.mu.Unlock()
-	if !hit {
-		return false
-	}
+	code := []int{http.StatusBadGateway, http.StatusServiceUnavailable}[s.faults.Stream(where("transient answer", plane, subject)).Choose(2)]
 	s.mu.Lock()
 	s.transients++
 	s.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,9 @@ import (
 	apiclient "github.com/daytona/clients/api-client-go"
 	toolbox "github.com/daytona/clients/toolbox-api-client-go"
 	"github.com/gorilla/websocket"
+
+	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
+	"github.com/a55dbaac/berth/internal/testenv/fault"
 )
 
 // The tests of the unkind switches: each checks that the switch makes the
@@ -123,71 +127,93 @@ func TestUnkindListLag(t *testing.T) {
 	}
 }
 
-// TestUnkindRateLimit: every Nth call of a bucket gets 429 with the
+// TestUnkindRateLimit: one in every N calls of a bucket gets 429 with the
 // throttler's Retry-After-<bucket> header, and is not done.
 func TestUnkindRateLimit(t *testing.T) {
 	s := StartUnkind(t, Unkind{RateLimitEvery: 2, RetryAfter: 7})
 	api := s.APIClient(s.APIKey())
 	ctx := ctxT(t)
-	if _, _, err := api.SandboxAPI.ListSandboxes(ctx).Execute(); err != nil {
-		t.Fatalf("first call: %v", err)
+	// Of two calls in a row one is refused; the seed says which.
+	refused := 0
+	for i := range 2 {
+		_, resp, err := api.SandboxAPI.ListSandboxes(ctx).Execute()
+		if err == nil {
+			continue
+		}
+		if resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After-authenticated") != "7" ||
+			!strings.Contains(body(err), `"statusCode":429`) {
+			t.Fatalf("list %d: %v %v", i+1, err, resp)
+		}
+		refused++
 	}
-	_, resp, err := api.SandboxAPI.ListSandboxes(ctx).Execute()
-	if err == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After-authenticated") != "7" ||
-		!strings.Contains(body(err), `"statusCode":429`) {
-		t.Fatalf("second call: %v %v", err, resp)
+	if refused != 1 {
+		t.Fatalf("%d of two list calls refused, want one", refused)
 	}
-	// Creation has its own bucket: the first create passes, the second is
-	// refused and creates nothing.
-	req := apiclient.NewCreateSandbox()
-	req.SetName("first")
-	if _, _, err := api.SandboxAPI.CreateSandbox(ctx).CreateSandbox(*req).Execute(); err != nil {
-		t.Fatalf("first create: %v", err)
+	// Creation has its own bucket: one of two creates is refused, and
+	// creates nothing.
+	made := ""
+	for _, name := range []string{"first", "second"} {
+		req := apiclient.NewCreateSandbox()
+		req.SetName(name)
+		_, resp, err := api.SandboxAPI.CreateSandbox(ctx).CreateSandbox(*req).Execute()
+		if err == nil {
+			made += name
+			continue
+		}
+		if resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After-sandbox-create") != "7" {
+			t.Fatalf("create %s: %v %v", name, err, resp)
+		}
+		if _, ok := s.Sandbox(name); ok {
+			t.Fatalf("the refused create of %s made a sandbox", name)
+		}
 	}
-	req.SetName("second")
-	_, resp, err = api.SandboxAPI.CreateSandbox(ctx).CreateSandbox(*req).Execute()
-	if err == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After-sandbox-create") != "7" {
-		t.Fatalf("second create: %v %v", err, resp)
+	if made != "first" && made != "second" {
+		t.Fatalf("creates that passed: %q; want one of the two", made)
 	}
-	if _, ok := s.Sandbox("second"); ok {
-		t.Fatal("the refused create made a sandbox")
-	}
-	if err := s.WaitState(ctx, "first", "started"); err != nil {
+	if err := s.WaitState(ctx, made, "started"); err != nil {
 		t.Fatal(err)
 	}
-	api.SandboxAPI.DeleteSandbox(ctx, "first").Execute()
 	if n := s.Unkindness().RateLimited; n != 2 {
 		t.Fatalf("%d calls counted as rate-limited, want 2", n)
 	}
 }
 
-// TestUnkindTransient: every Nth request, toolbox and websocket upgrade
-// included, gets 502 or 503 and is not done.
+// TestUnkindTransient: one in every N requests, toolbox and websocket
+// upgrade included, gets 502 or 503 and is not done.
 func TestUnkindTransient(t *testing.T) {
 	s := StartUnkind(t, Unkind{TransientEvery: 2})
 	api := s.APIClient(s.APIKey())
 	ctx := ctxT(t)
 	var codes []int
-	for i := 0; i < 4; i++ {
+	for range 4 {
 		_, resp, _ := api.SandboxAPI.ListSandboxes(ctx).Execute()
 		codes = append(codes, resp.StatusCode)
 	}
-	if codes[0] != 200 || codes[1] != 502 || codes[2] != 200 || codes[3] != 503 {
-		t.Fatalf("statuses %v, want 200 502 200 503", codes)
+	for i, c := range codes {
+		failed := c == 502 || c == 503
+		if c != 200 && !failed || i > 0 && failed == (codes[i-1] != 200) {
+			t.Fatalf("statuses %v, want 200 and 502 or 503 by turns", codes)
+		}
 	}
-	// A create that got 502 created nothing (request 5 passes, 6 fails).
-	req := apiclient.NewCreateSandbox()
-	req.SetName("t-1")
-	sb, _, err := api.SandboxAPI.CreateSandbox(ctx).CreateSandbox(*req).Execute()
-	if err != nil {
-		t.Fatal(err)
+	// Of the next two requests, creates, one fails, and creates nothing.
+	var sb *apiclient.Sandbox
+	for _, name := range []string{"t-1", "t-2"} {
+		req := apiclient.NewCreateSandbox()
+		req.SetName(name)
+		made, resp, err := api.SandboxAPI.CreateSandbox(ctx).CreateSandbox(*req).Execute()
+		if err == nil {
+			sb = made
+			continue
+		}
+		if resp == nil || resp.StatusCode < 502 {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		if _, ok := s.Sandbox(name); ok {
+			t.Fatalf("a create answered %d made a sandbox", resp.StatusCode)
+		}
 	}
-	req.SetName("t-2")
-	if _, resp, err := api.SandboxAPI.CreateSandbox(ctx).CreateSandbox(*req).Execute(); err == nil || resp.StatusCode != 502 {
-		t.Fatalf("create: %v", err)
-	}
-	if _, ok := s.Sandbox("t-2"); ok {
-		t.Fatal("a create answered 502 made a sandbox")
+	if sb == nil {
+		t.Fatal("both creates failed")
 	}
 	if err := s.WaitState(ctx, sb.Id, "started"); err != nil {
 		t.Fatal(err)
@@ -215,6 +241,75 @@ func TestUnkindTransient(t *testing.T) {
 		}
 	}
 	t.Fatal("no toolbox call got a transient 5xx")
+}
+
+// TestSeedReplaysDecisions: two fakes of one seed make the same decisions
+// (which calls are refused, which 5xx, what delays) for the same requests;
+// a fake of another seed makes others.
+func TestSeedReplaysDecisions(t *testing.T) {
+	u := Unkind{RateLimitEvery: 3, RetryAfter: 1, TransientEvery: 4, Jitter: fault.Jitter{Max: 2 * time.Millisecond}}
+	decide := func(seed uint64) []fault.Decision {
+		s := start(t, Options{Unkind: u, Seed: seed})
+		api := s.APIClient(s.APIKey())
+		ctx := ctxT(t)
+		for range 12 {
+			api.SandboxAPI.ListSandboxes(ctx).Execute()
+		}
+		req := apiclient.NewCreateSandbox()
+		req.SetName("replay")
+		id := ""
+		for range 20 {
+			if sb, _, err := api.SandboxAPI.CreateSandbox(ctx).CreateSandbox(*req).Execute(); err == nil {
+				id = sb.Id
+				break
+			}
+		}
+		if id == "" {
+			t.Fatal("no create passed in 20 tries")
+		}
+		if err := s.WaitState(ctx, id, "started"); err != nil {
+			t.Fatal(err)
+		}
+		for range 12 {
+			api.SandboxAPI.GetSandbox(ctx, id).Execute()
+			api.SandboxAPI.GetSandbox(ctx, "replay").Execute()
+			r, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.ToolboxProxyURL()+"/"+id+"/version", nil)
+			r.Header.Set("Authorization", "Bearer "+s.APIKey())
+			if resp, err := http.DefaultClient.Do(r); err == nil {
+				resp.Body.Close()
+			}
+		}
+		return s.Decisions()
+	}
+	a, b, other := decide(12345), decide(12345), decide(54321)
+	hits := 0
+	for _, d := range a {
+		if d.Hit {
+			hits++
+		}
+	}
+	if hits == 0 {
+		t.Fatalf("no fault hit: the test tests nothing (%v)", a)
+	}
+	if !slices.Equal(a, b) {
+		t.Fatalf("two fakes of seed 12345 decided differently:\n%v\n%v", a, b)
+	}
+	if slices.Equal(a, other) {
+		t.Fatal("seeds 12345 and 54321 made the same decisions: the seed plays no part")
+	}
+}
+
+// TestSeedFromEnvironment: BERTH_FAKE_SEED gives the fake its seed; a
+// value that is no number is refused with the variable's name.
+func TestSeedFromEnvironment(t *testing.T) {
+	t.Setenv(fault.SeedEnv, "4242")
+	if s := StartRealistic(t); s.Seed() != 4242 {
+		t.Fatalf("seed %d with BERTH_FAKE_SEED=4242", s.Seed())
+	}
+	t.Setenv(fault.SeedEnv, "x")
+	if _, err := New(Options{Docker: dockerenv.Require(t)}); err == nil || !strings.Contains(err.Error(), "BERTH_FAKE_SEED") {
+		t.Fatalf("BERTH_FAKE_SEED=x: %v", err)
+	}
 }
 
 // TestUnkindExecShell: execute runs the command through the user's shell:

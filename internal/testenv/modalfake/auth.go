@@ -155,7 +155,7 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 		return nil, err
 	}
 	s.countCall(info.FullMethod)
-	if err := s.admit(info.FullMethod); err != nil {
+	if err := s.admit(info.FullMethod, s.subject(req)); err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
@@ -167,18 +167,33 @@ func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 		return err
 	}
 	s.countCall(info.FullMethod)
-	if err := s.admit(info.FullMethod); err != nil {
-		return err
-	}
-	return handler(srv, &authedStream{ServerStream: ss, ctx: ctx})
+	// The faults are decided once the request is read: what it names is
+	// the subject of its fault stream.
+	admit := func(req any) error { return s.admit(info.FullMethod, s.subject(req)) }
+	return handler(srv, &authedStream{ServerStream: ss, ctx: ctx, admit: admit})
 }
 
+// authedStream is a server stream that passed authentication: its context
+// carries the caller's router task, and its first message is admitted
+// (Server.admit) as it is received.
 type authedStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx   context.Context
+	admit func(req any) error // nil once the first message was admitted
 }
 
 func (a *authedStream) Context() context.Context { return a.ctx }
+
+func (a *authedStream) RecvMsg(m any) error {
+	if err := a.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if admit := a.admit; admit != nil {
+		a.admit = nil
+		return admit(m)
+	}
+	return nil
+}
 
 // AuthTokenGet exchanges a valid token id and secret (checked by the
 // interceptor) for a short-lived JWT, as Modal's server does.

@@ -21,6 +21,7 @@ import (
 
 // execProc is one exec: a Docker exec in the sandbox's container.
 type execProc struct {
+	ord      int    // 1 for the first exec started in its sandbox, 2 for the next...
 	id       string // the client's exec id
 	dockerID string
 	sb       *sandbox
@@ -48,6 +49,10 @@ type execProc struct {
 	// reports (Faults.SilentRouter).
 	killed atomic.Bool
 }
+
+// ident names the exec in the identity of its fault streams, by its
+// number in its sandbox.
+func (e *execProc) ident() string { return "exec " + strconv.Itoa(e.ord) }
 
 // silenced blocks the caller, as a silent router does, when the exec died
 // with its sandbox and the router is silent; see Server.silence.
@@ -151,7 +156,8 @@ func (r *router) TaskExecStart(ctx context.Context, req *pb.TaskExecStartRequest
 		sb.mu.Unlock()
 		return pb.TaskExecStartResponse_builder{}.Build(), nil
 	}
-	e := &execProc{id: req.GetExecId(), sb: sb, tty: tty, stdout: newOutStream(), stderr: newOutStream(), done: make(chan struct{}), waited: make(chan struct{})}
+	sb.nExecs++
+	e := &execProc{ord: sb.nExecs, id: req.GetExecId(), sb: sb, tty: tty, stdout: newOutStream(), stderr: newOutStream(), done: make(chan struct{}), waited: make(chan struct{})}
 	sb.execs[e.id] = e
 	sb.running++
 	cid := sb.containerID
@@ -437,6 +443,7 @@ func (r *router) TaskExecStdioRead(req *pb.TaskExecStdioReadRequest, stream grpc
 		return err
 	}
 	var o *outStream
+	fd := fdName(req.GetFileDescriptor())
 	switch req.GetFileDescriptor() {
 	case pb.TaskExecStdioFileDescriptor_TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDOUT:
 		o = e.stdout
@@ -449,7 +456,7 @@ func (r *router) TaskExecStdioRead(req *pb.TaskExecStdioReadRequest, stream grpc
 		return err
 	}
 	err = o.readFrom(stream.Context(), req.GetOffset(), func(b []byte) error {
-		if err := r.s.transientStreamBreak(); err != nil {
+		if err := r.s.transientStreamBreak(e, fd); err != nil {
 			return err
 		}
 		return stream.Send(pb.TaskExecStdioReadResponse_builder{Data: b}.Build())

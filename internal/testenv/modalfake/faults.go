@@ -3,7 +3,6 @@ package modalfake
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -11,12 +10,23 @@ import (
 	pb "github.com/modal-labs/libmodal/modal-go/proto/modal_proto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/a55dbaac/berth/internal/testenv/fault"
 )
 
 // Faults are the ways the real Modal is less kind than a fake that answers
 // every call at once. Each is off in the zero value; Realistic turns all of
 // them on with small random delays. Every field names the source that says
 // the real service behaves so.
+//
+// Faults is the Modal plan on the vocabulary of package fault, as
+// daytonafake.Unkind is Daytona's: the switches differ because the
+// services do, the way a fault is drawn does not. Every random decision
+// comes from the server's fault seed (Options.Seed), in a stream per
+// fault and per sandbox (numbered in the order of their creation), exec
+// and output stream, so that a seed replays what one sandbox meets
+// whatever the others did meanwhile (see package fault for what it cannot
+// replay).
 type Faults struct {
 	// SchedulingDelay: for this long after SandboxCreate the sandbox is
 	// still being scheduled (its image pulled) and SandboxGetTaskId
@@ -58,10 +68,10 @@ type Faults struct {
 	// mentions "the secret creation limits".
 	RateLimit RateLimit
 
-	// Transient is the probability that a call fails with UNAVAILABLE
-	// before it reaches its handler (control plane and command router),
-	// and that a stdout/stderr stream breaks with UNAVAILABLE before a
-	// chunk, so the client must resume from its offset.
+	// Transient is the probability (fault.Chance) that a call fails with
+	// UNAVAILABLE before it reaches its handler (control plane and command
+	// router), and that a stdout/stderr stream breaks with UNAVAILABLE
+	// before a chunk, so the client must resume from its offset.
 	//
 	// Source: modal-go client.go retryableGrpcStatusCodes and
 	// task_command_router_client.go commandRouterRetryableCodes (the SDK
@@ -109,55 +119,18 @@ func Realistic() Faults {
 	}
 }
 
-// Jitter is a random duration from Min to Max (Max below Min means Min).
-type Jitter struct {
-	Min, Max time.Duration
-}
+// Jitter is a delay drawn from Min to Max (fault.Jitter).
+type Jitter = fault.Jitter
 
-// On reports whether the jitter can be more than zero.
-func (j Jitter) On() bool { return j.Min > 0 || j.Max > 0 }
-
-// pick draws a duration.
-func (j Jitter) pick() time.Duration {
-	if j.Max <= j.Min {
-		return j.Min
-	}
-	return j.Min + rand.N(j.Max-j.Min+1)
-}
-
-// RateLimit is a token bucket: Burst tokens at most, Rate tokens a second.
-// A zero Rate means no limit.
-type RateLimit struct {
-	Rate  float64
-	Burst int
-}
+// RateLimit is a token bucket: Burst tokens at most, Rate tokens a second
+// (fault.TokenBucket). A zero Rate means no limit.
+type RateLimit = fault.TokenBucket
 
 // limited are the control-plane methods the rate limit meters: creations
 // of sandboxes and of (ephemeral) secrets.
 var limited = map[string]bool{
 	pb.ModalClient_SandboxCreate_FullMethodName:     true,
 	pb.ModalClient_SecretGetOrCreate_FullMethodName: true,
-}
-
-// bucket is the state of a token bucket.
-type bucket struct {
-	tokens float64
-	last   time.Time
-}
-
-// take takes one token at now, or says how long until one is there.
-func (b *bucket) take(rl RateLimit, now time.Time) (time.Duration, bool) {
-	burst := float64(max(rl.Burst, 1))
-	if b.last.IsZero() {
-		b.tokens, b.last = burst, now
-	}
-	b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*rl.Rate)
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
-		return 0, true
-	}
-	return time.Duration((1 - b.tokens) / rl.Rate * float64(time.Second)), false
 }
 
 // injected is a deterministic fault queued by Inject: the next calls of a
@@ -170,18 +143,38 @@ type injected struct {
 
 // faults is a server's fault state.
 type faults struct {
+	src    *fault.Source // set by New
+	bucket fault.Bucket  // RateLimit's state
+
 	mu     sync.Mutex
 	f      Faults
-	bucket bucket
 	queued map[string]*injected // full method name -> what its next calls get
 }
 
-// SetFaults replaces the faults the server shows from now on.
+// SetFaults replaces the faults the server shows from now on. The seed
+// stays: the streams the new faults draw from go on where they were.
 func (s *Server) SetFaults(f Faults) {
 	s.faults.mu.Lock()
 	s.faults.f = f
-	s.faults.bucket = bucket{}
 	s.faults.mu.Unlock()
+	s.faults.bucket.Reset()
+}
+
+// Seed is the seed the server's faults are drawn from.
+func (s *Server) Seed() uint64 { return s.faults.src.Seed() }
+
+// Decisions returns the fault decisions the server made so far, by stream
+// (see fault.Source.Decisions): two servers of one seed that met the same
+// calls return the same.
+func (s *Server) Decisions() []fault.Decision { return s.faults.src.Decisions() }
+
+// draw draws the delay of the next event of the stream identity from j;
+// no delay, and no draw, when j is off.
+func (s *Server) draw(identity string, j Jitter) time.Duration {
+	if !j.On() {
+		return 0
+	}
+	return s.faults.src.Stream(identity).Delay(j)
 }
 
 // Faults returns the faults the server shows.
@@ -230,10 +223,12 @@ func (s *Server) current() Faults {
 }
 
 // admit decides, before a call reaches its handler, whether it fails:
-// a queued injection first, then the rate limit, then a transient failure.
-func (s *Server) admit(method string) error {
+// a queued injection first, then the rate limit, then a transient failure,
+// drawn from the stream of the method and the call's subject (see
+// Server.subject).
+func (s *Server) admit(method, subject string) error {
 	s.faults.mu.Lock()
-	defer s.faults.mu.Unlock()
+	f := s.faults.f
 	for name, q := range s.faults.queued {
 		if name != method && !strings.HasSuffix(method, name) {
 			continue
@@ -244,24 +239,70 @@ func (s *Server) admit(method string) error {
 				delete(s.faults.queued, name)
 			}
 		}
+		s.faults.mu.Unlock()
 		return faultError(q.code, q.retryAfter, method)
 	}
-	f := s.faults.f
-	if f.RateLimit.Rate > 0 && limited[method] {
-		if wait, ok := s.faults.bucket.take(f.RateLimit, time.Now()); !ok {
+	s.faults.mu.Unlock()
+	if f.RateLimit.On() && limited[method] {
+		if wait, ok := s.faults.bucket.Take(f.RateLimit, time.Now()); !ok {
 			return faultError(codes.ResourceExhausted, wait, method)
 		}
 	}
-	if f.Transient > 0 && rand.Float64() < f.Transient {
-		return faultError(codes.Unavailable, 0, method)
+	if t := fault.Chance(f.Transient); t.On() {
+		id := "transient " + shortMethod(method)
+		if subject != "" {
+			id += " " + subject
+		}
+		if s.faults.src.Stream(id).Hit(t) {
+			return faultError(codes.Unavailable, 0, method)
+		}
 	}
 	return nil
+}
+
+// shortMethod is a full gRPC method name without its service.
+func shortMethod(method string) string { return method[strings.LastIndexByte(method, '/')+1:] }
+
+// subject names what a call acts on, for its fault stream: the sandbox (by
+// its number), the exec in it and the output stream read, or "" for a call
+// that names no sandbox the server knows.
+func (s *Server) subject(req any) string {
+	var sb *sandbox
+	if r, ok := req.(interface{ GetTaskId() string }); ok && r.GetTaskId() != "" {
+		sb, _ = s.sandboxByTask(r.GetTaskId())
+	} else if r, ok := req.(interface{ GetSandboxId() string }); ok && r.GetSandboxId() != "" {
+		sb, _ = s.sandboxByID(r.GetSandboxId())
+	}
+	if sb == nil {
+		return ""
+	}
+	id := sb.ident()
+	if r, ok := req.(interface{ GetExecId() string }); ok && r.GetExecId() != "" {
+		sb.mu.Lock()
+		e := sb.execs[r.GetExecId()]
+		sb.mu.Unlock()
+		if e != nil {
+			id += " " + e.ident()
+		}
+	}
+	if r, ok := req.(*pb.TaskExecStdioReadRequest); ok {
+		id += " " + fdName(r.GetFileDescriptor())
+	}
+	return id
+}
+
+// fdName names an output stream in a fault stream's identity.
+func fdName(fd pb.TaskExecStdioFileDescriptor) string {
+	if fd == pb.TaskExecStdioFileDescriptor_TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDERR {
+		return "stderr"
+	}
+	return "stdout"
 }
 
 // faultError is the error an injected fault answers with. A
 // RESOURCE_EXHAUSTED with a delay carries Modal's RPCRetryPolicy detail.
 func faultError(code codes.Code, retryAfter time.Duration, method string) error {
-	name := method[strings.LastIndexByte(method, '/')+1:]
+	name := shortMethod(method)
 	var st *status.Status
 	switch code {
 	case codes.ResourceExhausted:
@@ -280,10 +321,16 @@ func faultError(code codes.Code, retryAfter time.Duration, method string) error 
 	return st.Err()
 }
 
-// transientStreamBreak reports, before a stream sends a chunk, whether it
-// breaks there (Faults.Transient).
-func (s *Server) transientStreamBreak() error {
-	if p := s.current().Transient; p > 0 && rand.Float64() < p {
+// transientStreamBreak reports, before an output stream of e sends a
+// chunk, whether it breaks there (Faults.Transient), drawn from the stream
+// of that exec's output: how output is cut into chunks depends on when it
+// is read, so which byte a break falls before is not replayed exactly.
+func (s *Server) transientStreamBreak(e *execProc, fd string) error {
+	t := fault.Chance(s.current().Transient)
+	if !t.On() {
+		return nil
+	}
+	if s.faults.src.Stream("stream break " + e.sb.ident() + " " + e.ident() + " " + fd).Hit(t) {
 		return status.Error(codes.Unavailable, "modalfake: stream reset by peer (transient)")
 	}
 	return nil
@@ -305,32 +352,17 @@ func (s *Server) silence(ctx context.Context, sb *sandbox) error {
 	}
 }
 
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // String describes the faults in force, for logs.
 func (f Faults) String() string {
 	var on []string
 	if f.SchedulingDelay.On() {
-		on = append(on, fmt.Sprintf("scheduling delay %v-%v", f.SchedulingDelay.Min, f.SchedulingDelay.Max))
+		on = append(on, "scheduling delay "+f.SchedulingDelay.String())
 	}
 	if f.ExpiryEarly.On() {
-		on = append(on, fmt.Sprintf("expiry up to %v early", f.ExpiryEarly.Max))
+		on = append(on, "early expiry "+f.ExpiryEarly.String())
 	}
-	if f.RateLimit.Rate > 0 {
-		on = append(on, fmt.Sprintf("rate limit %v/s burst %d", f.RateLimit.Rate, f.RateLimit.Burst))
+	if f.RateLimit.On() {
+		on = append(on, "rate limit "+f.RateLimit.String())
 	}
 	if f.Transient > 0 {
 		on = append(on, fmt.Sprintf("transient failures %.0f%%", f.Transient*100))
@@ -339,7 +371,7 @@ func (f Faults) String() string {
 		on = append(on, "silent router")
 	}
 	if f.SnapshotDelay.On() {
-		on = append(on, fmt.Sprintf("snapshot delay %v-%v", f.SnapshotDelay.Min, f.SnapshotDelay.Max))
+		on = append(on, "snapshot delay "+f.SnapshotDelay.String())
 	}
 	if len(on) == 0 {
 		return "none"

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
+	"github.com/a55dbaac/berth/internal/testenv/fault"
 	"github.com/a55dbaac/berth/internal/testenv/modalfake"
 	modal "github.com/modal-labs/libmodal/modal-go"
 	pb "github.com/modal-labs/libmodal/modal-go/proto/modal_proto"
@@ -204,6 +206,75 @@ func TestRealisticIsAllFaults(t *testing.T) {
 		if j.Max > time.Second {
 			t.Errorf("a realistic delay up to %v: keep them under a second", j.Max)
 		}
+	}
+}
+
+// Two fakes of one seed make the same fault decisions for the same calls
+// (which calls fail, what delays a sandbox gets); a fake of another seed
+// makes others.
+func TestSeedReplaysDecisions(t *testing.T) {
+	cli := dockerenv.Require(t)
+	dockerenv.Image(t)
+	delays := modalfake.Faults{
+		SchedulingDelay: modalfake.Jitter{Min: time.Millisecond, Max: 30 * time.Millisecond},
+		ExpiryEarly:     modalfake.Jitter{Max: time.Millisecond},
+		SnapshotDelay:   modalfake.Jitter{Min: time.Millisecond, Max: 30 * time.Millisecond},
+	}
+	decide := func(seed uint64) []fault.Decision {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		srv, err := modalfake.New(ctx, modalfake.Options{Docker: cli, Seed: seed, Faults: delays})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		if srv.Seed() != seed {
+			t.Fatalf("seed %d, want %d", srv.Seed(), seed)
+		}
+		// Made through the SDK, which polls while the sandbox is being
+		// scheduled: no failure drawn yet, so the polls draw nothing.
+		sb := newSandbox(t, mustClient(t, srv), nil)
+		cp, ctx := rawControl(t, srv)
+		on := delays
+		on.Transient = 0.3
+		srv.SetFaults(on)
+		for range 15 {
+			cp.AppGetOrCreate(ctx, pb.AppGetOrCreateRequest_builder{AppName: "fake-test"}.Build())
+			cp.SandboxTagsGet(ctx, pb.SandboxTagsGetRequest_builder{SandboxId: sb.SandboxID}.Build())
+			cp.SandboxGetTaskId(ctx, pb.SandboxGetTaskIdRequest_builder{SandboxId: sb.SandboxID}.Build())
+		}
+		for range 2 {
+			cp.SandboxSnapshotFs(ctx, pb.SandboxSnapshotFsRequest_builder{SandboxId: sb.SandboxID, Timeout: 60}.Build())
+		}
+		return srv.Decisions()
+	}
+	a, b, other := decide(12345), decide(12345), decide(54321)
+	kinds := map[string]bool{}
+	for _, d := range a {
+		kinds[strings.Fields(d.Stream)[0]] = true
+	}
+	if !kinds["transient"] || !kinds["scheduling"] || !kinds["early"] || !kinds["snapshot"] {
+		t.Fatalf("decisions drawn: %v; want transient failures and every delay", a)
+	}
+	if !slices.Equal(a, b) {
+		t.Fatalf("two fakes of seed 12345 decided differently:\n%v\n%v", a, b)
+	}
+	if slices.Equal(a, other) {
+		t.Fatal("seeds 12345 and 54321 made the same decisions: the seed plays no part")
+	}
+}
+
+// BERTH_FAKE_SEED gives the fake its seed; a value that is no number is
+// refused with the variable's name.
+func TestSeedFromEnvironment(t *testing.T) {
+	t.Setenv(fault.SeedEnv, "4242")
+	if srv := modalfake.Start(t); srv.Seed() != 4242 {
+		t.Fatalf("seed %d with BERTH_FAKE_SEED=4242", srv.Seed())
+	}
+	t.Setenv(fault.SeedEnv, "x")
+	_, err := modalfake.New(context.Background(), modalfake.Options{Docker: dockerenv.Require(t)})
+	if err == nil || !strings.Contains(err.Error(), "BERTH_FAKE_SEED") {
+		t.Fatalf("BERTH_FAKE_SEED=x: %v", err)
 	}
 }
 

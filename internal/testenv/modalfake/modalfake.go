@@ -13,7 +13,8 @@
 //     RPCs and its real exit status (128+N after signal N, which is what the
 //     SDK's Wait reports for a signal too);
 //   - SnapshotFilesystem is a real commit whose image id ("im-...") new
-//     sandboxes can be created from until it is deleted;
+//     sandboxes can be created from until it is deleted, taken without
+//     pausing the container: a Modal snapshot does not stop the sandbox;
 //   - files opened with Sandbox.Open are real file descriptors inside the
 //     container's root (opened from the host through /proc/PID/root with
 //     RESOLVE_IN_ROOT, so links cannot escape it);
@@ -48,8 +49,10 @@
 // new sandbox has no task id, lifetimes that end early, rate limits with a
 // retry delay, transient UNAVAILABLE failures and broken output streams, a
 // command router that stops answering once its sandbox is gone, and slow
-// snapshots. Realistic turns all of them on with small random delays; Inject
-// fails the next calls of one method deterministically, for tests.
+// snapshots. Realistic turns all of them on with small random delays, drawn
+// from a seed that the start line logs and BERTH_FAKE_SEED gives back
+// (package fault); Inject fails the next calls of one method
+// deterministically, for tests.
 package modalfake
 
 import (
@@ -73,6 +76,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/a55dbaac/berth/internal/procmark"
+	"github.com/a55dbaac/berth/internal/testenv/fault"
 )
 
 // Labels the fake puts on every container and image it creates.
@@ -103,6 +107,10 @@ type Options struct {
 	// start (see Faults; Realistic turns them all on). SetFaults changes
 	// them later.
 	Faults Faults
+	// Seed is the seed the faults are drawn from (see package fault); 0
+	// means the one BERTH_FAKE_SEED gives, or a random one when it is
+	// unset. The start line logs it.
+	Seed uint64
 }
 
 // Record is one SandboxCreate request as the fake received it.
@@ -161,6 +169,9 @@ type Server struct {
 	stallWait bool
 	lateEOF   bool
 	calls     map[string]int
+	// nSandboxes counts the sandboxes created: their numbers, which name
+	// them in their fault streams.
+	nSandboxes int
 
 	faults faults
 }
@@ -186,6 +197,13 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	src := fault.NewSource(opts.Seed)
+	if opts.Seed == 0 {
+		var err error
+		if src, err = fault.SourceFromEnv(); err != nil {
+			return nil, fmt.Errorf("modalfake: %w", err)
+		}
+	}
 	key := make([]byte, 32)
 	rand.Read(key)
 	s := &Server{
@@ -209,6 +227,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		calls:       map[string]int{},
 	}
 	s.faults.f = opts.Faults
+	s.faults.src = src
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.reapCrashed(ctx)
 
@@ -242,7 +261,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 			s.log.Error("modalfake: serve", "err", err)
 		}
 	}()
-	s.log.Info("modalfake: listening", "addr", s.addr, "instance", s.instance, "faults", opts.Faults.String())
+	s.log.Info("modalfake: listening", "addr", s.addr, "instance", s.instance, "faults", opts.Faults.String(), "seed", src.String())
 	return s, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +32,7 @@ var defaultEntrypoint = []string{"sleep", "infinity"}
 // sandbox is one sandbox: a container and what runs in it.
 type sandbox struct {
 	s           *Server
+	ord         int // 1 for the first sandbox the server created, 2 for the next...
 	id          string
 	taskID      string
 	appID       string
@@ -54,12 +56,18 @@ type sandbox struct {
 	execs      map[string]*execProc // by the client's exec id
 	files      map[string]*os.File  // by file descriptor id
 	running    int                  // execs started and not exited
+	nExecs     int                  // execs started so far (their numbers)
 	lastActive time.Time
 	poke       chan struct{} // wakes the idle watcher
 	// scheduledAt: until then the sandbox has no task id
 	// (Faults.SchedulingDelay), counted from when SandboxCreate answered.
 	scheduledAt time.Time
 }
+
+// ident names the sandbox in the identity of its fault streams: by its
+// number, which (unlike its random id) is the same in every run that
+// creates sandboxes in the same order.
+func (sb *sandbox) ident() string { return "sandbox " + strconv.Itoa(sb.ord) }
 
 func (sb *sandbox) finished() *pb.GenericResult {
 	sb.mu.Lock()
@@ -304,6 +312,8 @@ func (s *Server) createSandbox(ctx context.Context, appID string, def *pb.Sandbo
 			}
 		}
 	}
+	s.nSandboxes++
+	sb.ord = s.nSandboxes
 	s.sandboxes[sb.id] = sb
 	s.tasks[sb.taskID] = sb
 	s.mu.Unlock()
@@ -311,7 +321,7 @@ func (s *Server) createSandbox(ctx context.Context, appID string, def *pb.Sandbo
 
 	err = s.startContainer(ctx, sb, img)
 	sb.mu.Lock()
-	sb.scheduledAt = time.Now().Add(s.current().SchedulingDelay.pick())
+	sb.scheduledAt = time.Now().Add(s.draw("scheduling delay "+sb.ident(), s.current().SchedulingDelay))
 	sb.mu.Unlock()
 	if err != nil {
 		s.log.Warn("modalfake: sandbox failed to start", "sandbox", sb.id, "err", err)
@@ -443,7 +453,8 @@ func (s *Server) watchContainer(sb *sandbox) {
 // however busy the sandbox is, and up to Faults.ExpiryEarly sooner.
 func (s *Server) watchTimeouts(sb *sandbox) {
 	defer s.wg.Done()
-	deadline := time.NewTimer(time.Until(sb.created.Add(sb.timeout - s.current().ExpiryEarly.pick())))
+	early := s.draw("early expiry "+sb.ident(), s.current().ExpiryEarly)
+	deadline := time.NewTimer(time.Until(sb.created.Add(sb.timeout - early)))
 	defer deadline.Stop()
 	var idle <-chan time.Time
 	var idleTimer *time.Timer
@@ -762,7 +773,7 @@ func (c *control) SandboxSnapshotFs(ctx context.Context, req *pb.SandboxSnapshot
 	}
 	// A large filesystem takes a while (Faults.SnapshotDelay); the
 	// sandbox may finish meanwhile.
-	if d := s.current().SnapshotDelay.pick(); d > 0 {
+	if d := s.draw("snapshot delay "+sb.ident(), s.current().SnapshotDelay); d > 0 {
 		select {
 		case <-time.After(d):
 		case <-sb.done:
@@ -797,7 +808,7 @@ func (c *control) SandboxSnapshotFs(ctx context.Context, req *pb.SandboxSnapshot
 	}
 	cfg.Labels = map[string]string{LabelInstance: s.instance, LabelOwner: s.owner}
 	ref := "modalfake/snapshot:" + strings.ToLower(randomID(8))
-	cr, err := s.docker.ContainerCommit(ctx, sb.containerID, client.ContainerCommitOptions{
+	cr, err := s.commit(ctx, sb, client.ContainerCommitOptions{
 		Reference: ref,
 		Comment:   "modalfake snapshot " + id + " of " + sb.id,
 		Config:    &cfg,
@@ -818,4 +829,28 @@ func (c *control) SandboxSnapshotFs(ctx context.Context, req *pb.SandboxSnapshot
 		ImageId: id,
 		Result:  result(pb.GenericResult_GENERIC_STATUS_SUCCESS, 0, ""),
 	}.Build(), nil
+}
+
+// commitAttempts is how many times a snapshot commits before it reports a
+// failure.
+const commitAttempts = 3
+
+// commit commits the running sandbox's container without pausing it: a
+// real Modal snapshot does not stop the sandbox, and a paused container
+// froze every process in it for the whole commit, an exec started then
+// included, whose start (runc init in the frozen cgroup) then hung the
+// daemon's shim. A file cut shorter while Docker copies it breaks that
+// commit ("Error processing tar file ... unexpected EOF"): the snapshot of
+// a running filesystem is taken again, up to commitAttempts times, as
+// Modal's snapshot of a running sandbox does not fail on a file being
+// written.
+func (s *Server) commit(ctx context.Context, sb *sandbox, opts client.ContainerCommitOptions) (client.ContainerCommitResult, error) {
+	opts.NoPause = true
+	for attempt := 1; ; attempt++ {
+		cr, err := s.docker.ContainerCommit(ctx, sb.containerID, opts)
+		if err == nil || attempt == commitAttempts || ctx.Err() != nil || sb.finished() != nil {
+			return cr, err
+		}
+		s.log.Warn("modalfake: snapshot: the commit of a running sandbox failed; committing again", "sandbox", sb.id, "attempt", attempt, "err", err)
+	}
 }

@@ -79,7 +79,7 @@ func run(addr, key, image string, verbose bool, warm int, unkind daytonafake.Unk
 	}
 	mode := "kind"
 	if unkind.On() {
-		mode = "realistic (as unkind as Daytona)"
+		mode = fmt.Sprintf("realistic (as unkind as Daytona: %s; fault seed %d, BERTH_FAKE_SEED=%d replays it)", unkind, s.Seed(), s.Seed())
 	}
 	fmt.Printf("export DAYTONA_API_URL=%s\nexport DAYTONA_API_KEY=%s\n# %s fake; sandboxes without an image run %s; Ctrl-C stops the fake and removes its containers\n",
 		s.APIURL(), s.APIKey(), mode, image)

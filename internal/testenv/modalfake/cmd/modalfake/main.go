@@ -75,7 +75,7 @@ func run(addr, tokenID, tokenSecret string, verbose bool, faults modalfake.Fault
 	if err != nil {
 		return err
 	}
-	fmt.Printf("# fake Modal on %s (faults: %s); to use it:\n", srv.URL(), faults)
+	fmt.Printf("# fake Modal on %s (faults: %s; fault seed %d, BERTH_FAKE_SEED=%d replays it); to use it:\n", srv.URL(), faults, srv.Seed(), srv.Seed())
 	for _, k := range []string{"MODAL_SERVER_URL", "MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"} {
 		fmt.Printf("export %s=%s\n", k, srv.Env()[k])
 	}
