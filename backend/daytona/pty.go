@@ -126,11 +126,8 @@ type ptyProc struct {
 	xoffSent bool       // the terminal's output is stopped (guarded by wmu)
 
 	out  *outBuf
-	omu  sync.Mutex    // orders writes to out from the reader and its hold timer
-	done chan struct{} // closed when the exit status is known
-	code int
-	err  error
-	once sync.Once
+	omu  sync.Mutex // orders writes to out from the reader and its hold timer
+	exit backend.ExitStatus
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -198,7 +195,7 @@ func openPTY(ctx context.Context, tb *toolbox.APIClient, hc *http.Client, log lo
 	p := &ptyProc{
 		ws: ws, session: id, nonce: nonce, frame: []byte("\x1eBERTHX" + nonce + ":"), log: log,
 		window: []byte("\x1eBERTHW" + nonce + "\x00"), end: []byte("\x1eBERTHE" + nonce + "\x00"),
-		out: newOutBuf(outBufMax), done: make(chan struct{}), closed: make(chan struct{}),
+		out: newOutBuf(outBufMax), closed: make(chan struct{}),
 		flowc: make(chan struct{}, 1), readDone: make(chan struct{}),
 	}
 	if err := p.handshake(ctx, nonce); err != nil {
@@ -241,7 +238,8 @@ func (p *ptyProc) launch(spec backend.ProcSpec) error {
 		return err
 	}
 	if p.exited() {
-		return fmt.Errorf("daytona: PTY session %s ended before its program was sent: %w", p.session, p.err)
+		_, err := p.exit.Wait()
+		return fmt.Errorf("daytona: PTY session %s ended before its program was sent: %w", p.session, err)
 	}
 	p.tty.Store(spec.TTY)
 	if !spec.TTY {
@@ -475,21 +473,14 @@ func (p *ptyProc) readLoop() {
 const frameHold = 50 * time.Millisecond
 
 // exited reports whether the exit status is known.
-func (p *ptyProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *ptyProc) exited() bool { return p.exit.Exited() }
 
 // exitedWith records the in-band exit status and bounds what output may
 // still come. A TTY process's shell, waiting for berth's acknowledgement
 // of the exit frame, gets it now; without TTY the acknowledgement waits
 // for the pacer's end marker.
 func (p *ptyProc) exitedWith(code int) {
-	p.finish(code, nil)
+	p.exit.Set(code, nil)
 	if p.tty.Load() {
 		go p.sendAck() // never block the reader on a stuck writer
 	}
@@ -515,36 +506,29 @@ func (p *ptyProc) connEnded(err error, controlCode *int) {
 			ExitCode *int `json:"exitCode"`
 		}
 		if json.Unmarshal([]byte(ce.Text), &cd) == nil && cd.ExitCode != nil {
-			p.finish(*cd.ExitCode, nil)
+			p.exit.Set(*cd.ExitCode, nil)
 			p.out.close(io.EOF)
 			return
 		}
 	}
 	if controlCode != nil {
-		p.finish(*controlCode, nil)
+		p.exit.Set(*controlCode, nil)
 		p.out.close(io.EOF)
 		return
 	}
 	select {
 	case <-p.closed:
-		p.finish(-1, errProcClosed)
+		p.exit.Set(-1, errProcClosed)
 		p.out.close(io.EOF)
 	default:
 		lost := fmt.Errorf("daytona: the connection to PTY session %s broke before the process's exit status was known: %w", p.session, err)
-		p.finish(-1, lost)
+		p.exit.Set(-1, lost)
 		p.out.close(lost)
 	}
 }
 
 // errProcClosed is Wait's error when Close came before the exit status.
 var errProcClosed = errors.New("daytona: process closed before its exit status was known")
-
-func (p *ptyProc) finish(code int, err error) {
-	p.once.Do(func() {
-		p.code, p.err = code, err
-		close(p.done)
-	})
-}
 
 // Stdin implements backend.Process.
 func (p *ptyProc) Stdin() io.WriteCloser { return ptyStdin{p} }
@@ -553,10 +537,7 @@ func (p *ptyProc) Stdin() io.WriteCloser { return ptyStdin{p} }
 func (p *ptyProc) Stdout() io.Reader { return p.out }
 
 // Wait implements backend.Process: the status comes from the exit frame.
-func (p *ptyProc) Wait() (int, error) {
-	<-p.done
-	return p.code, p.err
-}
+func (p *ptyProc) Wait() (int, error) { return p.exit.Wait() }
 
 // Close implements backend.Process: it ends the process's stdin (a
 // process still reading it sees EOF) and drops the websocket. The process
