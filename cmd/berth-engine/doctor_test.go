@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -151,6 +152,43 @@ func TestDoctorSaysEachThingOnce(t *testing.T) {
 				t.Errorf("lines %d and %d both say %q:\n%s\n%s", i, j, common, lines[i], lines[j])
 			}
 		}
+	}
+}
+
+// TestDoctorSaysTheSummaryOnce: the summary line of a backend is not said
+// again by its details or its fix (kubernetes once printed "no cluster
+// configured" as its summary and again at the start of its detail), and a
+// detail that starts with the summary and says more takes its place.
+func TestDoctorSaysTheSummaryOnce(t *testing.T) {
+	tmp := t.TempDir()
+	env := map[string]string{"BERTH_HOME": tmp + "/berth", "HOME": tmp, "PATH": "/nonexistent"}
+	cfg, err := config.Load(config.LoadOptions{Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	doctor(context.Background(), &out, cfg)
+	report, _, _ := strings.Cut(out.String(), " settings:\n")
+	head := regexp.MustCompile(`^[* ] [✓✗?] (\S+) +(.*)$`) // "* ✓ name   summary"
+	name, summary, heads := "", "", 0
+	for _, line := range strings.Split(report, "\n") {
+		if m := head.FindStringSubmatch(line); m != nil {
+			name, summary = m[1], m[2]
+			heads++
+			continue
+		}
+		if said := strings.TrimSpace(line); summary != "" && said != "" && strings.Contains(said, summary) {
+			t.Errorf("%s: a line says its summary %q again: %q", name, summary, said)
+		}
+	}
+	if heads < len(backend.Names()) {
+		t.Fatalf("found %d backend lines for %d backends in:\n%s", heads, len(backend.Names()), report)
+	}
+
+	s, fix, details := tidyFingerprint("kubernetes", backend.Fingerprint{Summary: "no cluster configured",
+		Details: []string{"kubernetes: no cluster configured: no kubeconfig at ~/.kube/config", "another fact"}, Fix: "set KUBECONFIG"})
+	if s != "no cluster configured: no kubeconfig at ~/.kube/config" || fix != "set KUBECONFIG" || strings.Join(details, "|") != "another fact" {
+		t.Errorf("tidyFingerprint: summary %q, fix %q, details %q; want the detail that starts with the summary in its place", s, fix, details)
 	}
 }
 
