@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Flags are the flags of the commands that run things, and their one
@@ -66,6 +67,16 @@ type Flag struct {
 // Table returns the flags in the order of Flags's fields, with {task} in
 // a default read as defaultTask and {backends} in a usage as backends.
 func Table(defaultTask, backends string) []Flag {
+	rows := slices.Clone(table())
+	for i := range rows {
+		rows[i].Usage = strings.ReplaceAll(rows[i].Usage, "{backends}", backends)
+		rows[i].Default = strings.ReplaceAll(rows[i].Default, "{task}", defaultTask)
+	}
+	return rows
+}
+
+// table is the rows as the tags read, once.
+var table = sync.OnceValue(func() []Flag {
 	t := reflect.TypeFor[Flags]()
 	rows := make([]Flag, 0, t.NumField())
 	for i := range t.NumField() {
@@ -73,8 +84,8 @@ func Table(defaultTask, backends string) []Flag {
 		fl := Flag{
 			Name:    sf.Tag.Get("flag"),
 			Kind:    sf.Type.Kind().String(),
-			Usage:   strings.ReplaceAll(sf.Tag.Get("usage"), "{backends}", backends),
-			Default: strings.ReplaceAll(sf.Tag.Get("default"), "{task}", defaultTask),
+			Usage:   sf.Tag.Get("usage"),
+			Default: sf.Tag.Get("default"),
 			in:      strings.Split(sf.Tag.Get("in"), ","),
 			index:   i,
 		}
@@ -84,7 +95,7 @@ func Table(defaultTask, backends string) []Flag {
 		rows = append(rows, fl)
 	}
 	return rows
-}
+})
 
 // check reports a row the parsers could not read alike.
 func (fl Flag) check(sf reflect.StructField) error {
