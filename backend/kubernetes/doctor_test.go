@@ -11,6 +11,12 @@ import (
 	"github.com/a55dbaac/berth/config"
 )
 
+// berth redirects client-go's logging (quietKlog) before it makes any
+// client; the test helpers make clients of their own (k8senv, whose
+// certificate rotation reads klog's settings in the background), so the
+// test binary redirects it first too, before any test runs.
+func init() { quietKlog() }
+
 // TestDoctorWithoutCluster: with no kubeconfig, doctor says so once, in
 // one line naming where it looked, with the fix on its own; a kubeconfig
 // that does not load is not called "no cluster configured" but named with
