@@ -381,7 +381,8 @@ func (m *Manager) Process(ctx context.Context, key string, req process.Request) 
 // moved to the background: the result says moved_to_background and gives
 // the session_id the process tool follows it with.
 func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) terminal.Result {
-	if err := terminal.Validate(req); err != nil {
+	checked, err := terminal.Check(req)
+	if err != nil {
 		return terminal.ErrorResult(err)
 	}
 	if key == "" {
@@ -391,8 +392,9 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 	if err != nil {
 		return terminal.ErrorResult(err)
 	}
-	// The command is parsed once (terminal.Validate has bounded its
-	// nesting): the gate, the session and the result read the same tree.
+	// The command is validated once (terminal.Check, which bounds its
+	// nesting; RunChecked does not check it again) and parsed once: the
+	// gate, the session and the result read the same tree.
 	sc := shparse.New(req.Command)
 	actx := m.approvalContext(env, req.Workdir)
 	d := m.gate.CommandScript(ctx, key, sc, actx)
@@ -416,7 +418,7 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 	}
 	call := fg.Call()
 	call.Script = sc
-	res := env.RunCall(ctx, req, call)
+	res := env.RunChecked(ctx, checked, call)
 	m.procs.End(fg, env, req.Command, res)
 	res.Approval = d
 	return res

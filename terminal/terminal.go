@@ -283,6 +283,26 @@ func Validate(req Request) error {
 	return CheckOnTimeout("on_timeout", req.OnTimeout)
 }
 
+// Checked is a request Check accepted: RunChecked runs it without
+// validating it again, for a caller that validates a request before work
+// of its own (the manager, before the approval gate parses the command).
+// Only Check makes one; RunChecked refuses the zero value.
+type Checked struct {
+	req Request
+	ok  bool
+}
+
+// Check validates req (Validate) and returns it checked.
+func Check(req Request) (Checked, error) {
+	if err := Validate(req); err != nil {
+		return Checked{}, err
+	}
+	return Checked{req: req, ok: true}, nil
+}
+
+// Request returns the checked request.
+func (c Checked) Request() Request { return c.req }
+
 // Run executes a foreground request. Cancelling ctx interrupts the command
 // (exit 130 with the interrupt marker); the request's timeout stops it with
 // exit 124 and the timeout marker. Either way the command's whole process
@@ -309,10 +329,24 @@ const (
 // registry (process.Registry.Adopt). The session is free at once: the
 // next command runs in a fresh shell with the cwd and exported variables
 // of before the moved command.
+//
+// The request is validated first (Validate); a caller that validated it
+// already calls RunChecked.
 func (e *Environment) RunCall(ctx context.Context, req Request, call Call) Result {
-	if err := Validate(req); err != nil {
+	c, err := Check(req)
+	if err != nil {
 		return ErrorResult(err)
 	}
+	return e.RunChecked(ctx, c, call)
+}
+
+// RunChecked is RunCall for a request Check accepted, which it does not
+// validate again.
+func (e *Environment) RunChecked(ctx context.Context, c Checked, call Call) Result {
+	if !c.ok {
+		return ErrorResult(errors.New("terminal: RunChecked of a request Check did not accept (use RunCall)"))
+	}
+	req := c.req
 	if req.Background {
 		return ErrorResult(errors.New("background: true is handled by the process manager, not a foreground environment"))
 	}

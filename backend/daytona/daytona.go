@@ -120,7 +120,7 @@ type Backend struct {
 	mu        sync.Mutex
 	sandbox   sandboxRef
 	closed    bool
-	recreated bool
+	recreated backend.Recreation
 	procs     map[*ptyProc]struct{} // processes not yet ended
 	spare     *ptyProc              // a ready PTY session for the next Start
 	spareGen  int                   // the sandbox generation the spare belongs to
@@ -272,13 +272,7 @@ func (b *Backend) SessionEnv() map[string]string { return maps.Clone(b.sessionEn
 // Recreated reports, once, whether the sandbox was gone (deleted, or
 // failed) and a new one, with an empty filesystem, replaced it. Waking a
 // stopped or archived sandbox keeps its filesystem and is not reported.
-func (b *Backend) Recreated() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r := b.recreated
-	b.recreated = false
-	return r
-}
+func (b *Backend) Recreated() bool { return b.recreated.Take() }
 
 // Start runs spec in the sandbox on a PTY session of its own. When the
 // sandbox turns out to be asleep (stopped or archived from outside) or gone,
@@ -423,7 +417,7 @@ func (b *Backend) track(p *ptyProc) *ptyProc {
 	b.procs[p] = struct{}{}
 	b.mu.Unlock()
 	go func() {
-		<-p.done
+		<-p.exit.Done()
 		select {
 		case <-p.closed:
 		case <-time.After(backend.WaitDelay + time.Second):
@@ -472,7 +466,7 @@ func (b *Backend) wakeUp(ctx context.Context, gen int) (woke bool, err error) {
 	}
 	if created || nsb.Id != cur.id {
 		b.mu.Lock()
-		b.recreated = true
+		b.recreated.Set()
 		b.mu.Unlock()
 	}
 	return true, nil

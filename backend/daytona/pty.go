@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/internal/randhex"
-	"github.com/a55dbaac/berth/internal/shellword"
 )
 
 // How a process runs over a Daytona PTY session.
@@ -83,6 +81,11 @@ import (
 // decoder reads the terminal a byte at a time (the shell's read builtin),
 // which is what lets it stop exactly at the end; a command line costs
 // microseconds, bulk stdin about a second per few MB.
+//
+// This file holds the transport: the session, its websocket and the
+// process on it. ptyscript.go holds the programs (stage1, stage2, the
+// decoder and the pacer), ptyframe.go the framing of the output (the
+// markers, the exit frame and the output buffer).
 
 // ptyCols and ptyRows are the terminal size of every PTY session.
 const (
@@ -93,19 +96,6 @@ const (
 // maxInputMessage keeps every websocket message berth sends under the
 // daemon's 64 KiB read limit.
 const maxInputMessage = 32 << 10
-
-// Output buffering. A process holds at most outBufMax bytes of output its
-// reader has not taken yet. Without a TTY the terminal's own flow control
-// (stty ixon) keeps it far below: past flowHigh buffered bytes berth sends
-// XOFF, so the terminal stops passing the program's output on, and XON once
-// the reader brought it under flowLow. The websocket is read all the time:
-// Daytona's daemon drops a client that falls 256 messages behind as a slow
-// consumer.
-const (
-	outBufMax = 16 << 20
-	flowHigh  = 1 << 20
-	flowLow   = 256 << 10
-)
 
 // XOFF and XON are the terminal's stop and start characters.
 const (
@@ -118,157 +108,6 @@ const readyTimeout = 60 * time.Second
 
 // errNoStty reports a sandbox image without a working stty.
 var errNoStty = errors.New("daytona: the sandbox's stty failed: berth needs stty (coreutils or busybox) in the image to put its terminal in raw mode")
-
-// stage1 is the line typed into the login shell (see the comment above).
-// It holds no secret, no "!" (history expansion) and no tab.
-func stage1(nonce string) string {
-	return ` stty raw -echo 2>/dev/null; printf 'BERTHRDY_%s_%s\n' ` + nonce +
-		` "$?"; exec /bin/sh -c 'IFS= read -r l || exit 1; eval "$(printf %b "$l")"'` + "\n"
-}
-
-// unpaced turns the pacing off: the benchmark does, to measure what it
-// costs.
-var unpaced atomic.Bool
-
-// Pacing (see above): windows of paceRecords reads of at most paceBlock
-// bytes, paceWindows windows at most unacknowledged.
-const (
-	paceBlock   = 16 << 10
-	paceRecords = 8
-	paceWindows = 3
-)
-
-// decoderFunc turns the input lines back into bytes for the process's
-// stdin pipe: "d" lines are data, "e" closes the pipe, "c" (a credit) goes
-// to the pacer through the FIFO on fd 5, "x" (berth let go of the process
-// before the end of its output) tells the pacer to stop pacing ("u": with
-// nobody reading, nothing the process or a child it left behind prints is
-// held back), and "a" (or anything else) ends it. It outlives the end of
-// stdin and the program, and writing to a program that stopped reading
-// does not kill it: the credits must still reach the pacer.
-const decoderFunc = `__berth_dec() {
-  trap '' PIPE
-  while IFS= read -r __berth_l; do
-    case $__berth_l in
-      d*) printf '%b' "${__berth_l#d}" 2>/dev/null ;;
-      c) printf 'c\n' >&5 2>/dev/null ;;
-      e) exec >&- ;;
-      x) printf 'u\n' >&5 2>/dev/null; return 0 ;;
-      *) return 0 ;;
-    esac
-  done
-}
-`
-
-// pacerFunc passes its stdin to the terminal in windows (see above): dd
-// copies paceRecords reads of at most paceBlock bytes as they come (its
-// count is the last "N+M" before "records in": GNU dd may warn of partial
-// reads first), a window marker follows, and from window paceWindows on
-// the pacer waits for the credit of the window paceWindows-1 before.
-// Fewer records than asked for means the end of the input (or a failing
-// dd): the end marker follows and the pacer returns. A "u" among the
-// credits (berth let go) turns it into cat. It unlinks the credits' FIFO
-// first: the decoder and it hold it open. It is written once the nonce is
-// known.
-const pacerFunc = `__berth_pace() {
-  rm -f "$__berth_f"
-  exec 4>&1
-  __berth_k=0
-  while :; do
-    __berth_r=$(LC_ALL=C dd bs=%[1]d count=%[2]d 2>&1 >&4 4>&- 5>&-)
-    __berth_r=${__berth_r%%%% records in*}
-    __berth_r=${__berth_r##*[!0-9+]}
-    case $__berth_r in
-      [0-9]*+[0-9]*) ;;
-      *) break ;;
-    esac
-    [ $((${__berth_r%%+*} + ${__berth_r#*+})) -ge %[2]d ] || break
-    __berth_k=$((__berth_k + 1))
-    printf '\036BERTHW%%s\000' %[3]s
-    [ "$__berth_k" -lt %[4]d ] || { IFS= read -r __berth_c <&5 && [ "$__berth_c" = c ]; } || { cat; break; }
-  done
-  printf '\036BERTHE%%s\000' %[3]s
-}
-`
-
-// stage2 is the program the raw terminal runs for spec.
-func stage2(spec backend.ProcSpec, nonce string) (string, error) {
-	var b strings.Builder
-	b.WriteString("unset l\n")
-	for _, kv := range spec.Env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || !validName(k) {
-			return "", fmt.Errorf("daytona: environment entry %q is not NAME=value", kv)
-		}
-		b.WriteString("export " + k + "=" + shellword.Quote(v) + "\n")
-	}
-	if spec.Dir != "" {
-		b.WriteString("cd -- " + shellword.Quote(spec.Dir) + " || exit 1\n")
-	}
-	b.WriteString("set --")
-	for _, a := range spec.Argv {
-		b.WriteString(" " + shellword.Quote(a))
-	}
-	b.WriteString("\n")
-	frame := `printf '\036BERTHX%s:%d\000' ` + nonce
-	if spec.TTY {
-		// The shell's own messages ("Terminated" for a killed command) go
-		// to /dev/null; the command keeps the terminal as its stderr. Then
-		// the shell waits for berth's acknowledgement of the exit frame,
-		// at most 5 s (VTIME) should berth be gone.
-		b.WriteString("stty sane 2>/dev/null\nexec 3>&2 2>/dev/null\n(exec \"$@\" 2>&3 3>&-)\n__berth_s=$?\n")
-		b.WriteString("stty raw -echo min 0 time 50 2>/dev/null\n" + frame + " \"$__berth_s\"\nIFS= read -r __berth_a\nexit \"$__berth_s\"\n")
-		return b.String(), nil
-	}
-	// XON/XOFF from berth stop and start the output (see outBufMax); the
-	// input lines never hold those bytes raw.
-	b.WriteString("stty ixon -ixany 2>/dev/null\n")
-	b.WriteString(decoderFunc)
-	fmt.Fprintf(&b, pacerFunc, paceBlock, paceRecords, nonce, paceWindows)
-	// The credits' FIFO, opened read-write by this shell (so that no open
-	// waits for the other end, and what the decoder writes stays until
-	// the pacer reads it) for the decoder and the pacer, and unlinked by
-	// the pacer as it starts. Without dd or mkfifo the output is not paced.
-	b.WriteString("__berth_f=${TMPDIR:-/tmp}/.berth-c-" + nonce + "\n")
-	b.WriteString("__berth_p=cat\n")
-	if !unpaced.Load() {
-		b.WriteString("if command -v dd >/dev/null 2>&1 && mkfifo -m 600 \"$__berth_f\" 2>/dev/null && command exec 5<>\"$__berth_f\"; then __berth_p=__berth_pace; fi\n")
-	}
-	b.WriteString("if command -v setsid >/dev/null 2>&1; then set -- setsid \"$@\"; fi\n")
-	// The command runs in a subshell it replaces, its stderr joined to
-	// stdout there, without the FIFO; the waiting shell's own messages
-	// ("Terminated" for a killed command, which ash writes to the fd 2 in
-	// force while it waits) go to /dev/null, out of the output. The shell
-	// ends when the decoder does: at berth's acknowledgement of the end
-	// of the output.
-	b.WriteString("__berth_dec | { (exec \"$@\" 2>&1 5>&-); " + frame + " \"$?\"; } 2>/dev/null | { $__berth_p; [ $__berth_p = cat ] && printf '\\036BERTHE%s\\000' " + nonce + "; } 2>/dev/null\n")
-	return b.String(), nil
-}
-
-func validName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i, c := range k {
-		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
-}
-
-// escapeTo appends data as printf %b text: printable ASCII as is, the
-// backslash and every other byte as a \0ooo escape.
-func escapeTo(b []byte, data []byte) []byte {
-	for _, c := range data {
-		if c < 0x20 || c == '\\' || c >= 0x7f {
-			b = append(b, '\\', '0', '0'+c>>6, '0'+(c>>3)&7, '0'+c&7)
-			continue
-		}
-		b = append(b, c)
-	}
-	return b
-}
 
 // ptyProc is a process running on a PTY session (see above).
 type ptyProc struct {
@@ -287,11 +126,8 @@ type ptyProc struct {
 	xoffSent bool       // the terminal's output is stopped (guarded by wmu)
 
 	out  *outBuf
-	omu  sync.Mutex    // orders writes to out from the reader and its hold timer
-	done chan struct{} // closed when the exit status is known
-	code int
-	err  error
-	once sync.Once
+	omu  sync.Mutex // orders writes to out from the reader and its hold timer
+	exit backend.ExitStatus
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -359,7 +195,7 @@ func openPTY(ctx context.Context, tb *toolbox.APIClient, hc *http.Client, log lo
 	p := &ptyProc{
 		ws: ws, session: id, nonce: nonce, frame: []byte("\x1eBERTHX" + nonce + ":"), log: log,
 		window: []byte("\x1eBERTHW" + nonce + "\x00"), end: []byte("\x1eBERTHE" + nonce + "\x00"),
-		out: newOutBuf(outBufMax), done: make(chan struct{}), closed: make(chan struct{}),
+		out: newOutBuf(outBufMax), closed: make(chan struct{}),
 		flowc: make(chan struct{}, 1), readDone: make(chan struct{}),
 	}
 	if err := p.handshake(ctx, nonce); err != nil {
@@ -402,7 +238,8 @@ func (p *ptyProc) launch(spec backend.ProcSpec) error {
 		return err
 	}
 	if p.exited() {
-		return fmt.Errorf("daytona: PTY session %s ended before its program was sent: %w", p.session, p.err)
+		_, err := p.exit.Wait()
+		return fmt.Errorf("daytona: PTY session %s ended before its program was sent: %w", p.session, err)
 	}
 	p.tty.Store(spec.TTY)
 	if !spec.TTY {
@@ -636,21 +473,14 @@ func (p *ptyProc) readLoop() {
 const frameHold = 50 * time.Millisecond
 
 // exited reports whether the exit status is known.
-func (p *ptyProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *ptyProc) exited() bool { return p.exit.Exited() }
 
 // exitedWith records the in-band exit status and bounds what output may
 // still come. A TTY process's shell, waiting for berth's acknowledgement
 // of the exit frame, gets it now; without TTY the acknowledgement waits
 // for the pacer's end marker.
 func (p *ptyProc) exitedWith(code int) {
-	p.finish(code, nil)
+	p.exit.Set(code, nil)
 	if p.tty.Load() {
 		go p.sendAck() // never block the reader on a stuck writer
 	}
@@ -676,36 +506,29 @@ func (p *ptyProc) connEnded(err error, controlCode *int) {
 			ExitCode *int `json:"exitCode"`
 		}
 		if json.Unmarshal([]byte(ce.Text), &cd) == nil && cd.ExitCode != nil {
-			p.finish(*cd.ExitCode, nil)
+			p.exit.Set(*cd.ExitCode, nil)
 			p.out.close(io.EOF)
 			return
 		}
 	}
 	if controlCode != nil {
-		p.finish(*controlCode, nil)
+		p.exit.Set(*controlCode, nil)
 		p.out.close(io.EOF)
 		return
 	}
 	select {
 	case <-p.closed:
-		p.finish(-1, errProcClosed)
+		p.exit.Set(-1, errProcClosed)
 		p.out.close(io.EOF)
 	default:
 		lost := fmt.Errorf("daytona: the connection to PTY session %s broke before the process's exit status was known: %w", p.session, err)
-		p.finish(-1, lost)
+		p.exit.Set(-1, lost)
 		p.out.close(lost)
 	}
 }
 
 // errProcClosed is Wait's error when Close came before the exit status.
 var errProcClosed = errors.New("daytona: process closed before its exit status was known")
-
-func (p *ptyProc) finish(code int, err error) {
-	p.once.Do(func() {
-		p.code, p.err = code, err
-		close(p.done)
-	})
-}
 
 // Stdin implements backend.Process.
 func (p *ptyProc) Stdin() io.WriteCloser { return ptyStdin{p} }
@@ -714,10 +537,7 @@ func (p *ptyProc) Stdin() io.WriteCloser { return ptyStdin{p} }
 func (p *ptyProc) Stdout() io.Reader { return p.out }
 
 // Wait implements backend.Process: the status comes from the exit frame.
-func (p *ptyProc) Wait() (int, error) {
-	<-p.done
-	return p.code, p.err
-}
+func (p *ptyProc) Wait() (int, error) { return p.exit.Wait() }
 
 // Close implements backend.Process: it ends the process's stdin (a
 // process still reading it sees EOF) and drops the websocket. The process
@@ -935,219 +755,6 @@ func (s ptyStdin) Close() error {
 		return fmt.Errorf("daytona: close stdin of PTY session %s: %w", s.p.session, err)
 	}
 	return nil
-}
-
-// markerStripper takes the pacer's markers (fixed strings) out of a
-// stream, holding back at most the bytes that could start one. The pacer
-// prints them between writes of the program's output, so they are never
-// inside one another, but one may split an exit frame: markers are taken
-// out first, and the frame is looked for in what remains. It is used by
-// the reader and its hold timer under ptyProc.omu.
-type markerStripper struct {
-	markers [][]byte
-	held    []byte
-}
-
-// holding reports whether bytes are held back.
-func (m *markerStripper) holding() bool { return len(m.held) > 0 }
-
-// release gives up the held-back bytes as output.
-func (m *markerStripper) release() []byte {
-	h := m.held
-	m.held = nil
-	return h
-}
-
-// feed consumes a chunk: output goes to data in order, each marker found
-// to marker (its index in markers) at its place. It returns false as soon
-// as data does.
-func (m *markerStripper) feed(chunk []byte, data func([]byte) bool, marker func(int)) bool {
-	buf := chunk
-	if len(m.held) > 0 {
-		buf = append(m.held, chunk...)
-		m.held = nil
-	}
-	for {
-		at, which := -1, -1
-		for i, mk := range m.markers {
-			if j := bytes.Index(buf, mk); j >= 0 && (at < 0 || j < at) {
-				at, which = j, i
-			}
-		}
-		if at < 0 {
-			break
-		}
-		if !data(buf[:at]) {
-			return false
-		}
-		marker(which)
-		buf = buf[at+len(m.markers[which]):]
-	}
-	keep := 0
-	for _, mk := range m.markers {
-		for k := min(len(mk)-1, len(buf)); k > keep; k-- {
-			if bytes.HasPrefix(mk, buf[len(buf)-k:]) {
-				keep = k
-				break
-			}
-		}
-	}
-	if keep > 0 {
-		m.held = append([]byte(nil), buf[len(buf)-keep:]...)
-	}
-	return data(buf[:len(buf)-keep])
-}
-
-// frameMatcher finds the exit frame in a stream, holding back at most the
-// bytes that could be its start. It is safe for the reader and one timer
-// to use at once.
-type frameMatcher struct {
-	mu     sync.Mutex
-	marker []byte
-	held   []byte
-	inTail bool
-	digits []byte
-}
-
-// holding reports whether bytes are held back.
-func (f *frameMatcher) holding() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.held) > 0 && !f.inTail
-}
-
-// release gives up the held-back bytes as output.
-func (f *frameMatcher) release() []byte {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.inTail {
-		return nil
-	}
-	h := f.held
-	f.held = nil
-	return h
-}
-
-// feed consumes a chunk: before is output, and once the frame is complete
-// found is set with its code and after holds what followed it.
-func (f *frameMatcher) feed(chunk []byte) (before []byte, code int, found bool, after []byte) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	buf := chunk
-	if f.inTail {
-		return f.tail(nil, buf)
-	}
-	if len(f.held) > 0 {
-		buf = append(f.held, chunk...)
-		f.held = nil
-	}
-	if i := bytes.Index(buf, f.marker); i >= 0 {
-		f.inTail = true
-		return f.tail(buf[:i], buf[i+len(f.marker):])
-	}
-	keep := 0
-	for k := min(len(f.marker)-1, len(buf)); k > 0; k-- {
-		if bytes.HasPrefix(f.marker, buf[len(buf)-k:]) {
-			keep = k
-			break
-		}
-	}
-	if keep > 0 {
-		f.held = append([]byte(nil), buf[len(buf)-keep:]...)
-	}
-	return buf[:len(buf)-keep], 0, false, nil
-}
-
-func (f *frameMatcher) tail(before, b []byte) ([]byte, int, bool, []byte) {
-	i := bytes.IndexByte(b, 0)
-	if i < 0 {
-		f.digits = append(f.digits, b...)
-		return before, 0, false, nil
-	}
-	f.digits = append(f.digits, b[:i]...)
-	code, err := strconv.Atoi(string(f.digits))
-	if err != nil {
-		code = -1
-	}
-	return before, code, true, b[i+1:]
-}
-
-// outBuf is a bounded buffer between the websocket reader and Stdout.
-type outBuf struct {
-	mu     sync.Mutex
-	cond   sync.Cond
-	buf    []byte
-	max    int
-	err    error      // set by close: what Read returns once empty
-	flow   func(bool) // told true past flowHigh, false back under flowLow
-	paused bool
-}
-
-// onFlow sets the flow callback.
-func (o *outBuf) onFlow(f func(pause bool)) {
-	o.mu.Lock()
-	o.flow = f
-	o.mu.Unlock()
-}
-
-func newOutBuf(max int) *outBuf {
-	o := &outBuf{max: max}
-	o.cond.L = &o.mu
-	return o
-}
-
-// write appends b, waiting while the buffer is full; false means the
-// buffer was closed.
-func (o *outBuf) write(b []byte) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for len(o.buf) >= o.max && o.err == nil {
-		o.cond.Wait()
-	}
-	if o.err != nil {
-		return false
-	}
-	o.buf = append(o.buf, b...)
-	if o.flow != nil && !o.paused && len(o.buf) >= flowHigh {
-		o.paused = true
-		o.flow(true)
-	}
-	o.cond.Broadcast()
-	return true
-}
-
-// Read implements io.Reader.
-func (o *outBuf) Read(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for len(o.buf) == 0 && o.err == nil {
-		o.cond.Wait()
-	}
-	if len(o.buf) == 0 {
-		return 0, o.err
-	}
-	n := copy(p, o.buf)
-	o.buf = o.buf[n:]
-	if len(o.buf) == 0 {
-		o.buf = nil
-	}
-	if o.paused && len(o.buf) <= flowLow {
-		o.paused = false
-		o.flow(false)
-	}
-	o.cond.Broadcast()
-	return n, nil
-}
-
-// close ends the buffer: Read returns err once the buffered bytes are
-// read. The first close wins.
-func (o *outBuf) close(err error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.err == nil {
-		o.err = err
-	}
-	o.cond.Broadcast()
 }
 
 // pingInterval is how often berth pings a PTY websocket, in nanoseconds

@@ -70,7 +70,7 @@ type Backend struct {
 	mu        sync.Mutex
 	id        string // current container id
 	closed    bool
-	recreated bool
+	recreated backend.Recreation
 	nonce     string // random part of this Backend's claim names
 	claim     string // this Backend's claim volume on id, "" when none (see LabelClaim)
 }
@@ -222,13 +222,7 @@ func (b *Backend) SessionEnv() map[string]string { return maps.Clone(b.sessionEn
 
 // Recreated reports, once, whether the container had to be recreated or
 // restarted because it was removed or stopped from outside.
-func (b *Backend) Recreated() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r := b.recreated
-	b.recreated = false
-	return r
-}
+func (b *Backend) Recreated() bool { return b.recreated.Take() }
 
 // Start runs spec.Argv in the container as one exec with stdin and output
 // attached. When the container was removed or stopped from outside it is
@@ -272,7 +266,7 @@ func (b *Backend) recover(ctx context.Context, id string) (string, error) {
 			return "", fmt.Errorf("docker: recover container %s: %w", b.spec.Name, err)
 		}
 		b.id = nid
-		b.recreated = true
+		b.recreated.Set()
 	}
 	return b.id, nil
 }

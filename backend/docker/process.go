@@ -54,7 +54,6 @@ func (b *Backend) exec(ctx context.Context, id string, ps backend.ProcSpec) (*pr
 		stdout:      pr,
 		pw:          pw,
 		eof:         make(chan struct{}),
-		done:        make(chan struct{}),
 		cancel:      cancel,
 	}
 	p.stdin = &stdin{p: p}
@@ -83,10 +82,7 @@ type process struct {
 	eof         chan struct{} // closed when the output stream ended
 	cancel      context.CancelFunc
 
-	once sync.Once
-	done chan struct{}
-	code int
-	err  error
+	exit backend.ExitStatus
 
 	closeOnce sync.Once
 }
@@ -96,10 +92,7 @@ func (p *process) Stdout() io.Reader     { return p.stdout }
 
 // Wait blocks until the exec has exited and returns its exit code (128+N
 // when killed by signal N).
-func (p *process) Wait() (int, error) {
-	<-p.done
-	return p.code, p.err
-}
+func (p *process) Wait() (int, error) { return p.exit.Wait() }
 
 // Close closes the attached stream and stops watching for the exit status.
 // The process itself keeps running in the container.
@@ -112,16 +105,16 @@ func (p *process) Close() error {
 	return nil
 }
 
+// finish records the exit status, once.
 func (p *process) finish(code int, err error) {
-	p.once.Do(func() {
-		p.code, p.err = code, err
-		close(p.done)
-		// The after-exit bound of the Process contract: a descendant that
-		// keeps the exec's stream open must not keep Stdout open forever.
-		backend.DrainThenClose(backend.WaitDelay, p.lastOutput, func() {
-			p.pw.CloseWithError(io.EOF)
-			p.conn.Close()
-		})
+	if !p.exit.Set(code, err) {
+		return
+	}
+	// The after-exit bound of the Process contract: a descendant that
+	// keeps the exec's stream open must not keep Stdout open forever.
+	backend.DrainThenClose(backend.WaitDelay, p.lastOutput, func() {
+		p.pw.CloseWithError(io.EOF)
+		p.conn.Close()
 	})
 }
 

@@ -26,6 +26,23 @@ import (
 // no kubeconfig file and not running in a pod.
 var ErrNoCluster = errors.New("kubernetes: no cluster configured")
 
+// noClusterError is ErrNoCluster with where berth looked.
+type noClusterError struct{ files []string }
+
+// reason says where berth looked.
+func (e *noClusterError) reason() string {
+	if len(e.files) == 0 {
+		return "no kubeconfig and not running in a pod"
+	}
+	return "no kubeconfig at " + strings.Join(e.files, ", ") + " and not running in a pod"
+}
+
+func (e *noClusterError) Error() string {
+	return fmt.Sprintf("%v: %s; set KUBECONFIG or terminal.%s to a kubeconfig file", ErrNoCluster, e.reason(), keyKubeconfig)
+}
+
+func (e *noClusterError) Unwrap() error { return ErrNoCluster }
+
 // cluster is a connection to one cluster as one user: the REST
 // configuration (for exec streams), berth's API client (rest.go), the
 // namespace berth works in, and where the configuration came from (for
@@ -104,8 +121,7 @@ func connect(s *settings, getenv func(string) string) (*cluster, error) {
 	cfg, err := cc.ClientConfig()
 	if err != nil {
 		if clientcmd.IsEmptyConfig(err) {
-			return nil, fmt.Errorf("%w: no kubeconfig at %s and not running in a pod; "+
-				"set KUBECONFIG or terminal.%s to a kubeconfig file", ErrNoCluster, strings.Join(files, ", "), keyKubeconfig)
+			return nil, &noClusterError{files: files}
 		}
 		return nil, fmt.Errorf("kubernetes: load the client configuration (%s): %w", strings.Join(files, ", "), err)
 	}

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -61,9 +62,15 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 		return backend.Fingerprint{Summary: "configuration", Details: []string{err.Error()}, Fix: "fix the terminal.kubernetes_* settings"}
 	}
 	c, err := connect(s, opts.Getenv)
-	if err != nil {
-		return backend.Fingerprint{Summary: "no cluster configured", Details: []string{err.Error()},
-			Fix: "set KUBECONFIG (or terminal.kubernetes_kubeconfig) to a kubeconfig file, or run berth in a pod"}
+	var none *noClusterError
+	switch {
+	case errors.As(err, &none):
+		// One line for what is missing, one for what to do.
+		return backend.Fingerprint{Summary: "no cluster configured: " + none.reason(),
+			Fix: "set KUBECONFIG (or terminal." + keyKubeconfig + ") to a kubeconfig file, or run berth in a pod"}
+	case err != nil:
+		return backend.Fingerprint{Summary: "the client configuration does not load", Details: []string{err.Error()},
+			Fix: "fix the kubeconfig named above, or set KUBECONFIG (or terminal." + keyKubeconfig + ") to another"}
 	}
 	var ver version.Info
 	raw, err := c.api.serverVersion(ctx)

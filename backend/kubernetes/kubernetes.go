@@ -96,7 +96,7 @@ type Backend struct {
 	protocol  string
 	uid       types.UID // the current pod's
 	closed    bool
-	recreated bool
+	recreated backend.Recreation
 	held      bool // this Backend's holder annotation is on the pod
 	// The spare exec (spare.go): ready, or being started (closed when
 	// done), and the pod it runs in.
@@ -179,13 +179,7 @@ func (b *Backend) SessionEnv() map[string]string {
 
 // Recreated reports, once, whether the pod had to be replaced since the
 // last call because it was deleted, evicted or ended from outside.
-func (b *Backend) Recreated() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r := b.recreated
-	b.recreated = false
-	return r
-}
+func (b *Backend) Recreated() bool { return b.recreated.Take() }
 
 // apiRetry bounds how long Start waits for an API server that does not
 // answer (a restart takes seconds) before it reports the cluster
@@ -321,7 +315,7 @@ func (b *Backend) recover(ctx context.Context, uid types.UID) (types.UID, error)
 			return "", fmt.Errorf("kubernetes: replace pod %s: %w", PodName(b.set.Key), err)
 		}
 		b.uid = nuid
-		b.recreated = true
+		b.recreated.Set()
 	}
 	return b.uid, nil
 }

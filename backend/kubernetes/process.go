@@ -174,10 +174,7 @@ type process struct {
 	streamDone chan struct{} // closed when the exec stream ended
 	streamErr  error         // set before streamDone is closed
 
-	once sync.Once
-	done chan struct{}
-	code int
-	err  error
+	exit backend.ExitStatus
 
 	closeOnce sync.Once
 }
@@ -230,7 +227,6 @@ func (b *Backend) exec(ctx context.Context, pod string, spec *backend.ProcSpec) 
 		end:        end,
 		want:       proto,
 		streamDone: make(chan struct{}),
-		done:       make(chan struct{}),
 	}
 	p.last.Store(time.Now().UnixNano())
 	opts := remotecommand.StreamOptions{Stdout: stamp{p}, Tty: tty}
@@ -365,13 +361,12 @@ func (p *process) streamEnded(err error, tty bool) {
 // finish records the exit status once and arms the after-exit bound: a
 // descendant that keeps the output open must not keep Stdout open.
 func (p *process) finish(code int, err error) {
-	p.once.Do(func() {
-		p.code, p.err = code, err
-		close(p.done)
-		backend.DrainThenClose(backend.WaitDelay, p.lastOutput, func() {
-			p.outW.CloseWithError(io.EOF)
-			p.cancel()
-		})
+	if !p.exit.Set(code, err) {
+		return
+	}
+	backend.DrainThenClose(backend.WaitDelay, p.lastOutput, func() {
+		p.outW.CloseWithError(io.EOF)
+		p.cancel()
 	})
 }
 
@@ -389,10 +384,7 @@ func (p *process) Stdout() io.Reader     { return p.stdout }
 // Wait blocks until the process ended and returns its status (128+N when
 // killed by signal N). Its error is non-nil when the stream broke (the API
 // server restarted, the pod went away) before the status was known.
-func (p *process) Wait() (int, error) {
-	<-p.done
-	return p.code, p.err
-}
+func (p *process) Wait() (int, error) { return p.exit.Wait() }
 
 // Close closes the stream; the process in the pod is not stopped (the
 // session kills trees itself).

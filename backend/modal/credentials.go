@@ -258,6 +258,11 @@ const probeApp = "berth-credentials-check"
 
 // clientError classifies a failure to build the client.
 func clientError(c credentials, err error) error {
+	var none *NoServerError
+	if errors.As(err, &none) {
+		return &backend.UnreachableError{Backend: Name, Target: c.ServerURL,
+			Hint: "nothing answered there: check MODAL_SERVER_URL (or the profile's server_url) and the network", Err: err}
+	}
 	if g, ok := gaveUp(err); ok {
 		if g.Throttled() {
 			return fmt.Errorf("modal: connect to %s: %w", c.ServerURL, err)

@@ -103,9 +103,8 @@ func TestResolveCredentials(t *testing.T) {
 }
 
 // TestCredentialsAgainstTheFake connects the real SDK with credentials from
-// each source: a profile's server_url and token reach the fake, a wrong
-// secret is the clear CredentialsError, and no server is an
-// UnreachableError. None falls back to anything.
+// each source: a profile's server_url and token reach the fake, and a
+// wrong secret is the clear CredentialsError. None falls back to anything.
 func TestCredentialsAgainstTheFake(t *testing.T) {
 	f := newFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -132,21 +131,38 @@ func TestCredentialsAgainstTheFake(t *testing.T) {
 		!strings.Contains(err.Error(), "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET") || !strings.Contains(err.Error(), "modal token new") {
 		t.Fatalf("wrong secret: %v; want a CredentialsError naming the source and `modal token new`", err)
 	}
+}
 
+// TestNoServerAtFirstContact: a MODAL_SERVER_URL where nothing listens (a
+// closed port on 127.0.0.1) fails at the first call, not after the
+// two-minute retry budget: an UnreachableError naming the URL, saying no
+// server answered. (With the retries, it would be a GaveUpError, and the
+// hang guard would end it first.)
+func TestNoServerAtFirstContact(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dead := "http://" + l.Addr().String()
 	l.Close()
-	// A refused connection is retried like any transient failure, for the
-	// whole retry budget (two minutes by default): two seconds here.
-	opts = f.options(t, "", func(c *config.Terminal) { mustSet(c, keyRetryTimeout, 2) })
-	opts.Getenv = envOf(map[string]string{"MODAL_SERVER_URL": dead, "MODAL_TOKEN_ID": "ak-x", "MODAL_TOKEN_SECRET": "as-x", "HOME": t.TempDir()})
+	cfg := config.Default().Terminal
+	cfg.Backend = Name
+	opts := backend.Options{Key: "t-noserver", Config: cfg, Home: t.TempDir(),
+		Getenv: envOf(map[string]string{"MODAL_SERVER_URL": dead, "MODAL_TOKEN_ID": "ak-x", "MODAL_TOKEN_SECRET": "as-x", "HOME": t.TempDir()})}
+	if got := opts.Config.Int(keyRetryTimeout); got != DefaultRetryTimeoutSecs {
+		t.Fatalf("%s = %d, want the default %d", keyRetryTimeout, got, DefaultRetryTimeoutSecs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute) // a hang guard
+	defer cancel()
 	_, err = New(ctx, opts)
 	var ue *backend.UnreachableError
-	if !errors.As(err, &ue) || ue.Target != dead {
-		t.Fatalf("no server: %v; want an UnreachableError for %s", err, dead)
+	var none *NoServerError
+	if !errors.As(err, &ue) || ue.Target != dead || !errors.As(err, &none) || !strings.Contains(err.Error(), "cannot reach "+dead) ||
+		!strings.Contains(err.Error(), "no server answered") || !strings.Contains(err.Error(), "MODAL_SERVER_URL") {
+		t.Fatalf("no server at %s: %v; want an UnreachableError naming the URL and saying no server answered", dead, err)
+	}
+	if _, retried := gaveUp(err); retried {
+		t.Fatalf("no server at %s: %v; the call was retried for the budget", dead, err)
 	}
 }
 

@@ -138,7 +138,7 @@ func (b *Backend) carryOver(ctx context.Context) bool {
 	}
 	b.sb = nil
 	b.life.carried++
-	b.recreated = true
+	b.recreated.Set()
 	if err := b.attachOrCreate(ctx); err != nil {
 		b.log.Warn("modal: the sandbox was snapshotted and ended before its lifetime ran out, but its successor could not be created; the next command tries again", "snapshot", img.ImageID, "err", err)
 		return true

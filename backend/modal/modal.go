@@ -121,7 +121,7 @@ type Backend struct {
 	watch     *watcher   // follows sb
 	watchers  []*watcher // every watcher still running, stopped on Close
 	closed    bool
-	recreated bool
+	recreated backend.Recreation
 	life      lifetime
 }
 
@@ -234,13 +234,7 @@ func (b *Backend) SessionEnv() map[string]string { return maps.Clone(b.set.Sessi
 
 // Recreated reports, once, whether the sandbox was rebuilt since the last
 // call: it died under berth, or its snapshot could not be restored.
-func (b *Backend) Recreated() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r := b.recreated
-	b.recreated = false
-	return r
-}
+func (b *Backend) Recreated() bool { return b.recreated.Take() }
 
 // attachOrCreate makes b.sb the key's running sandbox. b.mu is held.
 func (b *Backend) attachOrCreate(ctx context.Context) error {
@@ -372,7 +366,7 @@ func (b *Backend) image(ctx context.Context) (*modal.Image, error) {
 		}
 		b.log.Warn("modal: the carried-over snapshot is gone; starting from modal_image", "image", id)
 		b.life.carry = ""
-		b.recreated = true
+		b.recreated.Set()
 	}
 	if b.set.Persistent {
 		id, err := b.snaps.get(b.set.Key)
@@ -393,7 +387,7 @@ func (b *Backend) image(ctx context.Context) (*modal.Image, error) {
 			if err := b.snaps.drop(b.set.Key, id); err != nil {
 				b.log.Warn("modal: drop the snapshot record", "err", err)
 			}
-			b.recreated = true
+			b.recreated.Set()
 		}
 	}
 	if strings.HasPrefix(b.set.Image, "im-") {
@@ -486,7 +480,7 @@ func (b *Backend) recreate(ctx context.Context, why error) error {
 	if err := b.attachOrCreate(ctx); err != nil {
 		return fmt.Errorf("modal: recreate the sandbox of %s (it died: %v): %w", b.set.Key, why, err)
 	}
-	b.recreated = true
+	b.recreated.Set()
 	return nil
 }
 

@@ -24,10 +24,7 @@ type process struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	once sync.Once
-	done chan struct{}
-	code int
-	err  error
+	exit backend.ExitStatus
 
 	closeOnce sync.Once
 }
@@ -44,7 +41,7 @@ func newProcess(cp *modal.ContainerProcess, sb *modal.Sandbox, w *watcher) backe
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &process{
 		cp: cp, sb: sb, w: w, out: pr, pw: pw,
-		ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		ctx: ctx, cancel: cancel,
 	}
 	p.stdin = newStdin(cp.Stdin, p, w.done)
 	var mu sync.Mutex // one writer into the pipe at a time
@@ -93,13 +90,13 @@ func newProcess(cp *modal.ContainerProcess, sb *modal.Sandbox, w *watcher) backe
 		case code == 128+9 && p.sandboxFinished():
 			code, err = -1, w.reason()
 		}
-		p.finish(code, err)
+		p.exit.Set(code, err)
 	}()
 	go func() {
 		select {
 		case <-w.done:
-			p.finish(-1, w.reason())
-		case <-p.done:
+			p.exit.Set(-1, w.reason())
+		case <-p.exit.Done():
 		case <-ctx.Done():
 		}
 	}()
@@ -124,21 +121,11 @@ func (p *process) sandboxFinished() bool {
 	return false
 }
 
-func (p *process) finish(code int, err error) {
-	p.once.Do(func() {
-		p.code, p.err = code, err
-		close(p.done)
-	})
-}
-
 func (p *process) Stdin() io.WriteCloser { return p.stdin }
 func (p *process) Stdout() io.Reader     { return p.out }
 
 // Wait returns the exec's exit status (128+N after signal N).
-func (p *process) Wait() (int, error) {
-	<-p.done
-	return p.code, p.err
-}
+func (p *process) Wait() (int, error) { return p.exit.Wait() }
 
 // Close stops streaming the exec's output and waiting for it. The exec
 // itself keeps running in the sandbox; the session kills trees itself.
@@ -154,38 +141,29 @@ func (p *process) Close() error {
 
 // waitErr is why writing to a process that ended cannot go on.
 func (p *process) waitErr() error {
-	select {
-	case <-p.done:
-		if p.err != nil {
-			return p.err
-		}
-		return fmt.Errorf("modal: the exec has exited (status %d): %w", p.code, io.ErrClosedPipe)
-	default:
+	if !p.exit.Exited() {
 		return io.ErrClosedPipe
 	}
+	code, err := p.exit.Wait()
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("modal: the exec has exited (status %d): %w", code, io.ErrClosedPipe)
 }
 
 // exited reports whether the process has ended with an exit status the
 // router gave (not with its sandbox, nor with an unanswered Wait): its
 // router is alive and answers the stdin calls still in flight.
 func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return p.err == nil
-	default:
+	if !p.exit.Exited() {
 		return false
 	}
+	_, err := p.exit.Wait()
+	return err == nil
 }
 
 // ended reports whether the process has ended, however.
-func (p *process) ended() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *process) ended() bool { return p.exit.Exited() }
 
 // stdin serialises writes (the SDK's exec stdin tracks its offset without
 // a lock) and does not let a write or Close outlive its process: the SDK
@@ -221,7 +199,7 @@ type stdin struct {
 // p's sandbox has finished.
 func newStdin(w io.WriteCloser, p *process, gone <-chan struct{}) *stdin {
 	return &stdin{
-		w: w, done: p.done, closed: p.ctx.Done(), gone: gone,
+		w: w, done: p.exit.Done(), closed: p.ctx.Done(), gone: gone,
 		exited: p.exited, ended: p.ended, why: p.waitErr,
 	}
 }

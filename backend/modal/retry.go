@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	pb "github.com/modal-labs/libmodal/modal-go/proto/modal_proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -75,16 +77,43 @@ func (e *GaveUpError) Error() string {
 // Throttled reports whether the last answer was a rate limit.
 func (e *GaveUpError) Throttled() bool { return e.Code == codes.ResourceExhausted }
 
+// NoServerError is what a call returns when no server has answered the
+// client yet and this call did not reach one either: the connection was
+// refused, or failed before any answer (a wrong MODAL_SERVER_URL, nothing
+// listening there). That is not retried: a server that never answered is
+// not failing transiently, and retrying it for the whole budget only
+// delays naming the URL. Like GaveUpError it carries no gRPC status, so
+// modal-go does not retry it either.
+type NoServerError struct {
+	Method string     // the RPC, e.g. "AuthTokenGet"
+	Code   codes.Code // the failed call's code
+	Last   string     // its message
+}
+
+func (e *NoServerError) Error() string {
+	return fmt.Sprintf("no server answered %s (%s: %s)", e.Method, e.Code, e.Last)
+}
+
 // retryInterceptor retries unary control-plane calls under p. It runs
 // inside modal-go's own interceptors (after its retry interceptor), so it
 // sees every attempt the SDK makes and answers it with success, with an
 // error the SDK does not retry, or with a *GaveUpError.
+//
+// Until a call of the client has reached a server (a connection carried
+// it, whatever the answer), a call that failed without reaching one is
+// answered with a *NoServerError at once instead of being retried: only a
+// failure after contact is transient.
 func retryInterceptor(p retryPolicy, log *slog.Logger) grpc.UnaryClientInterceptor {
+	var reached atomic.Bool // a call of this client reached a server
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		start := time.Now()
 		step := p.Base
 		for attempt := 1; ; attempt++ {
-			err := invoker(ctx, method, req, reply, cc, opts...)
+			var to peer.Peer // set by grpc when a connection carried the call
+			err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&to))...)
+			if to.Addr != nil {
+				reached.Store(true)
+			}
 			if err == nil {
 				if attempt > 1 {
 					log.Info("modal: call went through after retries", "method", shortMethod(method), "attempts", attempt, "waited", time.Since(start).Round(time.Millisecond))
@@ -103,6 +132,8 @@ func retryInterceptor(p retryPolicy, log *slog.Logger) grpc.UnaryClientIntercept
 					wait = jitter(step)
 					step = min(2*step, p.Max)
 				}
+			case transientCodes[st.Code()] && to.Addr == nil && !reached.Load():
+				return &NoServerError{Method: shortMethod(method), Code: st.Code(), Last: st.Message()}
 			case transientCodes[st.Code()]:
 				wait = jitter(step)
 				step = min(2*step, p.Max)

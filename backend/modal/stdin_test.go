@@ -53,7 +53,7 @@ type stdinRig struct {
 func newStdinRig(t *testing.T) *stdinRig {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	p := &process{ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	p := &process{ctx: ctx, cancel: cancel}
 	r := &stdinRig{h: newHeldWriter(), p: p, gone: make(chan struct{})}
 	r.s = newStdin(r.h, p, r.gone)
 	return r
@@ -113,7 +113,7 @@ func TestStdinCloseAnsweredAfterExit(t *testing.T) {
 		if got := r.sent(t); got != "" {
 			t.Fatalf("Close sent %q", got)
 		}
-		r.p.finish(0, nil) // the exit status comes first
+		r.p.exit.Set(0, nil) // the exit status comes first
 		// Close may return before the answer (nothing can depend on it)
 		// or with it: either way success.
 		var err error
@@ -134,7 +134,7 @@ func TestStdinCloseAnsweredAfterExit(t *testing.T) {
 // exited is success; the end of input is still sent.
 func TestStdinCloseAfterExit(t *testing.T) {
 	r := newStdinRig(t)
-	r.p.finish(3, nil)
+	r.p.exit.Set(3, nil)
 	c := call(r.s.Close)
 	r.sent(t)
 	if err := result(t, c); err != nil {
@@ -152,7 +152,7 @@ func TestStdinWriteAnsweredAfterExit(t *testing.T) {
 	if got := r.sent(t); got != "abc" {
 		t.Fatalf("sent %q", got)
 	}
-	r.p.finish(0, nil)
+	r.p.exit.Set(0, nil)
 	stillPending(t, c)
 	r.h.release <- nil
 	if err := result(t, c); err != nil {
@@ -162,7 +162,7 @@ func TestStdinWriteAnsweredAfterExit(t *testing.T) {
 	r = newStdinRig(t)
 	c = call(func() error { _, err := r.s.Write([]byte("def")); return err })
 	r.sent(t)
-	r.p.finish(0, nil)
+	r.p.exit.Set(0, nil)
 	stillPending(t, c)
 	r.h.release <- errors.New("rpc error: code = FailedPrecondition desc = write stdin: broken pipe")
 	err := result(t, c)
@@ -175,7 +175,7 @@ func TestStdinWriteAnsweredAfterExit(t *testing.T) {
 // ended is refused without being sent.
 func TestStdinWriteAfterExit(t *testing.T) {
 	r := newStdinRig(t)
-	r.p.finish(0, nil)
+	r.p.exit.Set(0, nil)
 	if _, err := r.s.Write([]byte("x")); !errors.Is(err, io.ErrClosedPipe) {
 		t.Errorf("write after the exit: %v, want io.ErrClosedPipe", err)
 	}
@@ -199,7 +199,7 @@ func TestStdinSandboxGone(t *testing.T) {
 		})
 		r.sent(t)
 		close(r.gone)
-		r.p.finish(-1, died)
+		r.p.exit.Set(-1, died)
 		if err := result(t, c); !errors.Is(err, died) {
 			t.Errorf("%s in flight as the sandbox died: %v, want %v", op, err, died)
 		}
@@ -210,7 +210,7 @@ func TestStdinSandboxGone(t *testing.T) {
 	r := newStdinRig(t)
 	c := call(func() error { _, err := r.s.Write([]byte("abc")); return err })
 	r.sent(t)
-	r.p.finish(0, nil)
+	r.p.exit.Set(0, nil)
 	stillPending(t, c)
 	close(r.gone)
 	if err := result(t, c); !errors.Is(err, io.ErrClosedPipe) {

@@ -153,7 +153,7 @@ type Backend struct {
 	pid       int    // host PID of the instance's init
 	pidStart  string // its start time, to tell a reused PID
 	closed    bool
-	recreated bool
+	recreated backend.Recreation
 
 	limMu       sync.Mutex // guards notEnforced (set while mu may be held)
 	notEnforced []string
@@ -278,13 +278,7 @@ func (b *Backend) SessionEnv() map[string]string { return maps.Clone(b.sessionEn
 
 // Recreated reports, once, whether the instance had to be started again
 // because it vanished from outside.
-func (b *Backend) Recreated() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r := b.recreated
-	b.recreated = false
-	return r
-}
+func (b *Backend) Recreated() bool { return b.recreated.Take() }
 
 // alive reports whether the instance's init still runs (a cheap check on
 // /proc, no Apptainer call).
@@ -322,7 +316,7 @@ func (b *Backend) restartLocked(ctx context.Context) error {
 	}
 	st, _ := procmark.StartTime(pid)
 	b.pid, b.pidStart = pid, st
-	b.recreated = true
+	b.recreated.Set()
 	return b.mkdirCwd(ctx)
 }
 

@@ -19,11 +19,8 @@ type process struct {
 	c  *conn
 	ch gossh.Channel
 
-	exited   chan struct{} // closed once status/err are known
+	exit     backend.ExitStatus
 	chanDone chan struct{} // closed once the channel has closed
-	once     sync.Once
-	status   int
-	err      error
 
 	closed atomic.Bool  // Close was called
 	lost   atomic.Bool  // the connection died before the channel closed
@@ -41,7 +38,7 @@ type process struct {
 var _ backend.Process = (*process)(nil)
 
 func newProcess(b *Backend, c *conn, ch gossh.Channel, reqs <-chan *gossh.Request) *process {
-	p := &process{b: b, c: c, ch: ch, exited: make(chan struct{}), chanDone: make(chan struct{})}
+	p := &process{b: b, c: c, ch: ch, chanDone: make(chan struct{})}
 	// Nothing is sent on stderr (the command merges it into stdout), but
 	// unread extended data would hold back the channel's window: drain it.
 	go func() { _, _ = io.Copy(io.Discard, ch.Stderr()) }()
@@ -51,13 +48,9 @@ func newProcess(b *Backend, c *conn, ch gossh.Channel, reqs <-chan *gossh.Reques
 
 // finish records the outcome once.
 func (p *process) finish(status int, err error) {
-	p.once.Do(func() {
-		p.status, p.err = status, err
-		close(p.exited)
-		if err == nil && p.b.waitDelay > 0 {
-			go p.watchOutput(p.b.waitDelay)
-		}
-	})
+	if p.exit.Set(status, err) && err == nil && p.b.waitDelay > 0 {
+		go p.watchOutput(p.b.waitDelay)
+	}
 }
 
 type exitStatusMsg struct {
@@ -161,10 +154,7 @@ func (p *process) Stdout() io.Reader { return stdoutReader{p} }
 // Wait returns the exit status, or 128+N for signal N. It returns once sshd
 // reports the status, even while a descendant holds the output open, and
 // with an error when the connection died or the channel closed first.
-func (p *process) Wait() (int, error) {
-	<-p.exited
-	return p.status, p.err
-}
+func (p *process) Wait() (int, error) { return p.exit.Wait() }
 
 // Close closes the channel; it does not wait for the remote side.
 func (p *process) Close() error {

@@ -115,13 +115,18 @@ func doctor(ctx context.Context, w io.Writer, cfg *config.Config) bool {
 
 // tidyFingerprint gives each thing a backend's check says one line, once:
 // the backend's name is already in its column, so a "NAME: " prefix goes;
-// a detail that repeats the summary or the fix goes; a fix the summary or
-// a detail already spells out is not printed again.
+// a detail that repeats the summary or the fix goes, and one that starts
+// with the whole summary and says more takes the summary's place; a fix
+// the summary or a detail already spells out is not printed again.
 func tidyFingerprint(name string, fp backend.Fingerprint) (summary, fix string, details []string) {
 	summary, fix = withoutName(name, fp.Summary), withoutName(name, fp.Fix)
 	for _, d := range fp.Details {
 		d = withoutName(name, d)
 		if d == "" || strings.Contains(summary, d) || fix != "" && strings.Contains(fix, d) {
+			continue
+		}
+		if summary != "" && strings.HasPrefix(d, summary) {
+			summary = d
 			continue
 		}
 		details = append(details, d)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -118,8 +119,11 @@ func TestConfigDeclaredKeys(t *testing.T) {
 
 // Each thing a backend's check says is one line, once: no line of berth
 // doctor repeats a long run of another's words (a summary that holds its
-// own fix, a detail that restates the summary), no line restates the
-// backend's name before its message, and the report ends with a newline.
+// own fix, a detail that restates the summary), no detail or fix says its
+// backend's summary again, however short (kubernetes once printed "no
+// cluster configured" as its summary and again at the start of its
+// detail), no line restates the backend's name before its message, and the
+// report ends with a newline.
 // Here with no credentials for the cloud backends and no Apptainer, where
 // each has something to say.
 func TestDoctorSaysEachThingOnce(t *testing.T) {
@@ -151,6 +155,31 @@ func TestDoctorSaysEachThingOnce(t *testing.T) {
 				t.Errorf("lines %d and %d both say %q:\n%s\n%s", i, j, common, lines[i], lines[j])
 			}
 		}
+	}
+	head := regexp.MustCompile(`^[* ] [✓✗?] (\S+) +(.*)$`) // "* ✓ name   summary"
+	name, summary, heads := "", "", 0
+	for _, line := range lines {
+		if m := head.FindStringSubmatch(line); m != nil {
+			name, summary = m[1], m[2]
+			heads++
+			continue
+		}
+		if said := strings.TrimSpace(line); summary != "" && strings.Contains(said, summary) {
+			t.Errorf("%s: a line says its summary %q again: %q", name, summary, said)
+		}
+	}
+	if heads < len(backend.Names()) {
+		t.Errorf("found %d backend lines for %d backends in:\n%s", heads, len(backend.Names()), report)
+	}
+}
+
+// TestTidyFingerprintMergesTheSummary: a detail that starts with the
+// summary and says more takes the summary's place.
+func TestTidyFingerprintMergesTheSummary(t *testing.T) {
+	s, fix, details := tidyFingerprint("kubernetes", backend.Fingerprint{Summary: "no cluster configured",
+		Details: []string{"kubernetes: no cluster configured: no kubeconfig at ~/.kube/config", "another fact"}, Fix: "set KUBECONFIG"})
+	if s != "no cluster configured: no kubeconfig at ~/.kube/config" || fix != "set KUBECONFIG" || strings.Join(details, "|") != "another fact" {
+		t.Errorf("tidyFingerprint: summary %q, fix %q, details %q; want the detail that starts with the summary in its place", s, fix, details)
 	}
 }
 

@@ -57,12 +57,9 @@ backends keep none.`,
 			found, notAsked := listAll(cmd.Context(), admins(cfg), opts(cfg))
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "BACKEND\tKEY\tSTATE\tAGE\tID\tIMAGE")
-			for _, e := range found {
-				id := e.ID
-				if len(id) > 12 {
-					id = id[:12]
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Backend, e.Key, e.State, time.Since(e.Created).Round(time.Second), id, e.Image)
+			ids := shortIDs(found)
+			for i, e := range found {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Backend, e.Key, e.State, time.Since(e.Created).Round(time.Second), ids[i], e.Image)
 			}
 			w.Flush()
 			return reportNotAsked(notAsked, cfg.Terminal.Backend)
@@ -161,6 +158,44 @@ their installed files and workspace are deleted.`,
 	prune.Flags().DurationVar(&olderThan, "older-than", 24*time.Hour, "only environments stopped for longer than this")
 	root.AddCommand(prune)
 	return root
+}
+
+// shortIDs are the IDs berth env ls shows, in the order of envs. An ID is
+// shown whole (a pod's namespace/name, a sandbox's or an instance's id),
+// unless it is a long hexadecimal digest (a container's id): that is cut
+// to 12 digits, as docker ps shows it and docker takes it, and longer when
+// another listed digest of its backend starts with the same digits, so a
+// cut ID is never ambiguous among those listed.
+func shortIDs(envs []backend.EnvInfo) []string {
+	const short = 12
+	ids := make([]string, len(envs))
+	for i, e := range envs {
+		ids[i] = e.ID
+		if len(e.ID) <= short || !isHex(e.ID) {
+			continue
+		}
+		n := short
+		for j, o := range envs {
+			if j == i || o.Backend != e.Backend || o.ID == e.ID {
+				continue
+			}
+			for n < len(e.ID) && strings.HasPrefix(o.ID, e.ID[:n]) {
+				n++
+			}
+		}
+		ids[i] = e.ID[:n]
+	}
+	return ids
+}
+
+// isHex reports whether s is lower-case hexadecimal digits only.
+func isHex(s string) bool {
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // listAll lists the environments of every backend in regs. A backend that

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 )
 
@@ -63,5 +64,51 @@ func TestEnvRmFindsTheKeyWhereLsFoundIt(t *testing.T) {
 	}
 	if _, errs, code = runBerth(t, env, "env", "rm", key); code == 0 || !strings.Contains(errs, `no environment "`+key+`"`) {
 		t.Errorf("rm of a key that is gone: exit %d: %s", code, errs)
+	}
+}
+
+// TestEnvLsIDs: berth env ls shows a pod's namespace/name, a sandbox's and
+// an instance's id whole (a cut one is no id at all: "default/bert"), and a
+// container's digest cut as docker shows it, longer where two listed
+// digests share their first 12 digits.
+func TestEnvLsIDs(t *testing.T) {
+	hexA := "0123456789ab" + strings.Repeat("c", 52)
+	hexB := "0123456789ab" + "d" + strings.Repeat("e", 51)
+	hexC := "fedcba987654" + strings.Repeat("0", 52)
+	envs := []backend.EnvInfo{
+		{Backend: "kubernetes", ID: "default/berth-build-1a2b3c4d"},
+		{Backend: "kubernetes", ID: "berth-tests-namespace/berth-default-deadbeef"},
+		{Backend: "modal", ID: "sb-AbCdEfGhIjKlMnOpQrStUv"},
+		{Backend: "modal", ID: "im-AbCdEfGhIjKlMnOpQrStUv"},
+		{Backend: "daytona", ID: "6f1c2a9e-3b7d-4e0a-9c51-2d8f4b6a7e10"},
+		{Backend: "singularity", ID: "berth-0123456789abcdef"},
+		{Backend: "docker", ID: hexA},
+		{Backend: "docker", ID: hexB},
+		{Backend: "docker", ID: hexC},
+	}
+	want := []string{
+		"default/berth-build-1a2b3c4d",
+		"berth-tests-namespace/berth-default-deadbeef",
+		"sb-AbCdEfGhIjKlMnOpQrStUv",
+		"im-AbCdEfGhIjKlMnOpQrStUv",
+		"6f1c2a9e-3b7d-4e0a-9c51-2d8f4b6a7e10",
+		"berth-0123456789abcdef",
+		"0123456789abc",
+		"0123456789abd",
+		"fedcba987654",
+	}
+	got := shortIDs(envs)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("%s id %q shown as %q, want %q", envs[i].Backend, envs[i].ID, got[i], want[i])
+		}
+	}
+	// Every shown id is the whole id or a prefix no other listed id shares.
+	for i, id := range got {
+		for j, e := range envs {
+			if i != j && strings.HasPrefix(e.ID, id) {
+				t.Errorf("shown id %q of %s is also a prefix of %s", id, envs[i].ID, e.ID)
+			}
+		}
 	}
 }

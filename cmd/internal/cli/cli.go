@@ -8,8 +8,9 @@
 // berth-engine binary; the engine runs the same code here for the calls
 // it gets. The package is light on purpose (the daemon's wire protocol,
 // x/sys and the standard library; not even package net): what the front
-// links decides what a warm call costs. The flags' definitions for cobra
-// are in package flagset.
+// links decides what a warm call costs. The flags are one table (Flags,
+// flags.go), which package flagset defines on cobra's flag sets and
+// ParseExec reads for the front.
 package cli
 
 import (
@@ -30,38 +31,6 @@ import (
 
 	"github.com/a55dbaac/berth/daemon/wire"
 )
-
-// Flags are the flags of the commands that run things.
-//
-// A flag of berth exec is defined in three places, which tests hold
-// together: its field here, its pflag definition (flagset.AddRun or
-// AddNoDaemon) and the front's table (execFlags in parse.go;
-// TestParseExecKnowsEveryExecFlag fails until it is there).
-//
-// A flag that applies per call rather than to the configuration (as
-// --timeout and --workdir do) travels with each request to the daemon and
-// touches three more:
-//
-//   - a field of wire.Request (daemon/wire/wire.go), set in Flags.Request
-//     below;
-//   - daemon's run (daemon/run.go), which passes it to manager.Run, as
-//     terminal.Request does;
-//   - the engine's localRunner.run (cmd/berth-engine/daemoncmd.go), the
-//     same call in one process.
-//
-// A flag that sets a configuration key instead goes into Inputs.Flags
-// (below), and the daemon loads it with the rest of the configuration; if
-// that key must not make a new environment when it changes, declare it
-// per call (config.PerCall).
-type Flags struct {
-	ConfigPath string
-	Backend    string
-	Task       string
-	Timeout    int
-	Workdir    string
-	JSON       bool
-	NoDaemon   bool
-}
 
 // StatusError is the exit status of berth's own failure (bad flags,
 // unreachable backend, no engine): terminal.StatusError, which the front

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -80,5 +81,42 @@ func TestInputsSendOnlyConfiguration(t *testing.T) {
 func TestStatusErrorIsTerminals(t *testing.T) {
 	if StatusError != terminal.StatusError {
 		t.Fatalf("cli.StatusError %d, terminal.StatusError %d", StatusError, terminal.StatusError)
+	}
+}
+
+// TestTable: every field of Flags is a row of the table (Table panics on
+// a tag it cannot read), under its own name.
+func TestTable(t *testing.T) {
+	rows := Table("k", "local")
+	if len(rows) != reflect.TypeFor[Flags]().NumField() {
+		t.Fatalf("%d rows for %d fields", len(rows), reflect.TypeFor[Flags]().NumField())
+	}
+	seen := map[string]bool{}
+	var f Flags
+	fields := map[any]bool{}
+	for _, fl := range rows {
+		if seen[fl.Name] {
+			t.Errorf("--%s twice", fl.Name)
+		}
+		seen[fl.Name] = true
+		p := fl.Field(&f)
+		if fields[p] {
+			t.Errorf("--%s shares a field", fl.Name)
+		}
+		fields[p] = true
+	}
+	if fl := rows[slices.IndexFunc(rows, func(fl Flag) bool { return fl.Name == "no-daemon" })]; !strings.Contains(fl.Usage, NoDaemonEnv+"=1") {
+		t.Errorf("--no-daemon's help %q does not name %s", fl.Usage, NoDaemonEnv)
+	}
+}
+
+// TestParseExecFillsTheFields: each flag lands in the field it names (the
+// parsers' common source cannot check itself).
+func TestParseExecFillsTheFields(t *testing.T) {
+	f, command, ok := ParseExec([]string{"--config", "/c.yaml", "--backend", "docker", "--task", "t",
+		"--timeout", "5", "--workdir", "/w", "--json", "--no-daemon", "--", "make", "all"})
+	want := Flags{ConfigPath: "/c.yaml", Backend: "docker", Task: "t", Timeout: 5, Workdir: "/w", JSON: true, NoDaemon: true}
+	if !ok || f != want || strings.Join(command, " ") != "make all" {
+		t.Fatalf("ParseExec = %+v, %q, %v; want %+v, [make all], true", f, command, ok, want)
 	}
 }

@@ -2,33 +2,18 @@ package cli
 
 import "strings"
 
-// execFlag is a long flag of `berth exec` that ParseExec knows: its kind
-// as pflag names it ("string", "int" or "bool") and how it is stored.
-type execFlag struct {
-	kind string
-	set  func(f *Flags, value string) bool
-}
-
-// execFlags are the flags of flagset.AddRun and flagset.AddNoDaemon; the
-// test of package flagset holds the two together.
-var execFlags = map[string]execFlag{
-	"config":    {"string", func(f *Flags, v string) bool { f.ConfigPath = v; return true }},
-	"backend":   {"string", func(f *Flags, v string) bool { f.Backend = v; return true }},
-	"task":      {"string", func(f *Flags, v string) bool { f.Task = v; return true }},
-	"workdir":   {"string", func(f *Flags, v string) bool { f.Workdir = v; return true }},
-	"timeout":   {"int", func(f *Flags, v string) (ok bool) { f.Timeout, ok = plainInt(v); return ok }},
-	"json":      {"bool", func(f *Flags, _ string) bool { f.JSON = true; return true }},
-	"no-daemon": {"bool", func(f *Flags, _ string) bool { f.NoDaemon = true; return true }},
-}
-
-// ExecFlagKinds returns the long flags ParseExec knows, each with its
-// pflag kind.
-func ExecFlagKinds() map[string]string {
-	kinds := make(map[string]string, len(execFlags))
-	for name, fl := range execFlags {
-		kinds[name] = fl.kind
+// execFlags are the flags of berth exec as ParseExec reads them: the rows
+// of the flag table for the commands that run things and may go through
+// the daemon (flagset.AddRun and flagset.AddNoDaemon), with the front's
+// defaults.
+func execFlags() map[string]Flag {
+	m := map[string]Flag{}
+	for _, fl := range Table("", "") {
+		if fl.In("run") || fl.In("daemon") {
+			m[fl.Name] = fl
+		}
 	}
-	return kinds
+	return m
 }
 
 // ParseExec parses the arguments of `berth exec` (after "exec") as the
@@ -40,6 +25,12 @@ func ExecFlagKinds() map[string]string {
 // with "-" — and the caller then leaves the call to the engine. The
 // Task default is "" (the daemon's default key).
 func ParseExec(args []string) (f Flags, command []string, ok bool) {
+	flags := execFlags()
+	for _, fl := range flags {
+		if fl.Default != "" {
+			*fl.Field(&f).(*string) = fl.Default
+		}
+	}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
@@ -47,11 +38,11 @@ func ParseExec(args []string) (f Flags, command []string, ok bool) {
 			return f, append(command, args[i+1:]...), true
 		case strings.HasPrefix(a, "--"):
 			name, value, hasValue := strings.Cut(a[2:], "=")
-			fl, known := execFlags[name]
+			fl, known := flags[name]
 			if !known {
 				return f, nil, false
 			}
-			if fl.kind == "bool" {
+			if fl.Kind == "bool" {
 				if hasValue {
 					return f, nil, false
 				}
@@ -62,8 +53,15 @@ func ParseExec(args []string) (f Flags, command []string, ok bool) {
 				i++
 				value = args[i]
 			}
-			if !fl.set(&f, value) {
-				return f, nil, false
+			switch p := fl.Field(&f).(type) {
+			case *string:
+				*p = value
+			case *int:
+				if *p, ok = plainInt(value); !ok {
+					return f, nil, false
+				}
+			case *bool:
+				*p = true
 			}
 		case strings.HasPrefix(a, "-"):
 			return f, nil, false

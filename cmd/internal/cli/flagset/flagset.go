@@ -1,7 +1,8 @@
 // Package flagset defines the flags of cli.Flags on a pflag (cobra) flag
-// set, for the berth-engine commands. It is apart from package cli so that
-// the front binary, which parses the one command it answers with
-// cli.ParseExec, does not link pflag (and package net with it).
+// set, for the berth-engine commands, from the one table in cli.Flags. It
+// is apart from package cli so that the front binary, which parses the one
+// command it answers with cli.ParseExec from the same table, does not link
+// pflag (and package net with it).
 package flagset
 
 import (
@@ -10,24 +11,37 @@ import (
 	"github.com/a55dbaac/berth/cmd/internal/cli"
 )
 
-// AddConfig adds --config.
+// AddConfig adds --config: the flags of the table's "config" set.
 func AddConfig(fs *pflag.FlagSet, f *cli.Flags) {
-	fs.StringVar(&f.ConfigPath, "config", "", "config file (default $BERTH_CONFIG, else $BERTH_HOME/config.yaml)")
+	add(fs, f, "config", "", "")
 }
 
-// AddRun adds the flags of a command that runs things: --config,
-// --backend (backends lists the choices), --task (defaultTask is the
-// environment key without it), --timeout, --workdir and --json.
+// AddRun adds the flags of a command that runs things (the table's "run"
+// set): --config, --backend (backends lists the choices), --task
+// (defaultTask is the environment key without it), --timeout, --workdir
+// and --json.
 func AddRun(fs *pflag.FlagSet, f *cli.Flags, defaultTask, backends string) {
-	AddConfig(fs, f)
-	fs.StringVar(&f.Backend, "backend", "", "backend: "+backends+" (overrides TERMINAL_ENV and the file)")
-	fs.StringVar(&f.Task, "task", defaultTask, "environment key: commands with the same task share one environment")
-	fs.IntVar(&f.Timeout, "timeout", 0, "seconds before the command and everything it started are killed (default terminal.timeout)")
-	fs.StringVar(&f.Workdir, "workdir", "", "absolute directory for this command only (the session's cwd does not move)")
-	fs.BoolVar(&f.JSON, "json", false, "print the result object as JSON instead of the output")
+	add(fs, f, "run", defaultTask, backends)
 }
 
-// AddNoDaemon adds --no-daemon.
+// AddNoDaemon adds --no-daemon: the flags of the table's "daemon" set.
 func AddNoDaemon(fs *pflag.FlagSet, f *cli.Flags) {
-	fs.BoolVar(&f.NoDaemon, "no-daemon", false, "run in this process instead of the background berth that keeps environments warm (also "+cli.NoDaemonEnv+"=1, terminal.daemon: false)")
+	add(fs, f, "daemon", "", "")
+}
+
+// add defines the table's flags of set on fs, each bound to its field of f.
+func add(fs *pflag.FlagSet, f *cli.Flags, set, defaultTask, backends string) {
+	for _, fl := range cli.Table(defaultTask, backends) {
+		if !fl.In(set) {
+			continue
+		}
+		switch p := fl.Field(f).(type) {
+		case *string:
+			fs.StringVar(p, fl.Name, fl.Default, fl.Usage)
+		case *int:
+			fs.IntVar(p, fl.Name, 0, fl.Usage)
+		case *bool:
+			fs.BoolVar(p, fl.Name, false, fl.Usage)
+		}
+	}
 }
