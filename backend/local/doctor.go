@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/a55dbaac/berth/backend"
-	"github.com/a55dbaac/berth/backend/hostproc/confine"
+	"github.com/a55dbaac/berth/backend/local/confine"
 )
 
 // doctor reports the shell, the Landlock ABI and seccomp support found,

@@ -29,7 +29,7 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backend/hostproc"
-	"github.com/a55dbaac/berth/backend/hostproc/confine"
+	"github.com/a55dbaac/berth/backend/local/confine"
 )
 
 func init() {

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/a55dbaac/berth/backend"
-	"github.com/a55dbaac/berth/backend/hostproc/confine"
+	"github.com/a55dbaac/berth/backend/local/confine"
 	"github.com/a55dbaac/berth/config"
 )
 
@@ -155,7 +155,7 @@ func newSandbox(dir string, opts backend.Options, log *slog.Logger) (*sandbox, e
 		// A daemon reachable over a unix socket (docker, systemd over
 		// D-Bus) writes wherever a command asks it to: with those open,
 		// the writable trees are not the whole truth.
-		isolated: e.Writable != nil && e.UnixSockets}
+		isolated: e.Writable != nil && e.UnixConfined}
 	if e.Network != confine.NetworkAll {
 		sb.conf.Network = string(e.Network)
 	}

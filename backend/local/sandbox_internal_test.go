@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/a55dbaac/berth/backend"
-	"github.com/a55dbaac/berth/backend/hostproc/confine"
+	"github.com/a55dbaac/berth/backend/local/confine"
 	"github.com/a55dbaac/berth/config"
 )
 

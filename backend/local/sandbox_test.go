@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
-	"github.com/a55dbaac/berth/backend/hostproc/confine"
 	"github.com/a55dbaac/berth/backend/local"
+	"github.com/a55dbaac/berth/backend/local/confine"
 	"github.com/a55dbaac/berth/backendtest"
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/files"

@@ -152,9 +152,11 @@ type Enforced struct {
 	Signals bool
 	// Network is the IP networking they are held to (NetworkAll: none).
 	Network Network
-	// UnixSockets says whether they can reach unix sockets outside the
-	// writable trees.
-	UnixSockets bool
+	// UnixConfined is true when they cannot reach unix sockets outside
+	// the writable trees (the filter refuses creating them, or Landlock
+	// ABI 9 confines connecting to them by path): no daemon listening on
+	// one can act for them.
+	UnixConfined bool
 	// ABI is the Landlock ABI version used, 0 when Landlock is absent.
 	ABI int
 	// Missing lists what the policy asked for that this kernel does not
@@ -257,11 +259,11 @@ func newDomain(p Policy, sup Support, launch func(func())) (*Domain, error) {
 		d.sup = s
 	}
 	d.enforced = Enforced{
-		Signals:     pl.signals,
-		Network:     pl.network,
-		UnixSockets: pl.unixConfined,
-		ABI:         pl.abi,
-		Missing:     pl.missing,
+		Signals:      pl.signals,
+		Network:      pl.network,
+		UnixConfined: pl.unixConfined,
+		ABI:          pl.abi,
+		Missing:      pl.missing,
 	}
 	if pl.writes {
 		d.enforced.Writable = trees
