@@ -676,3 +676,196 @@ func TestBadPolicies(t *testing.T) {
 		}
 	}
 }
+
+// TestUnixDatagramsStayInside is R5 of the 2026-11-28 review: a datagram
+// socket of a socketpair reached a pathname socket outside (journald's,
+// a user daemon's) with sendto(2), and with connect(2) under network all.
+// No unix datagram socket can be made in the domain now.
+func TestUnixDatagramsStayInside(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "dgram.sock")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	script := py + ` -c '
+import socket
+for kind in ("SOCK_DGRAM", "SOCK_RAW"):
+    try:
+        a, b = socket.socketpair(socket.AF_UNIX, getattr(socket, kind))
+    except PermissionError:
+        print(kind, "refused")
+        continue
+    try:
+        a.sendto(b"sendto", "` + path + `")
+        print(kind, "sendto reached")
+    except OSError as e:
+        print(kind, "sendto", e)
+    try:
+        a.connect("` + path + `")
+        a.send(b"connect")
+        print(kind, "connect reached")
+    except OSError as e:
+        print(kind, "connect", e)
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+a.send(b"s"); print("seqpacket", b.recv(1).decode())
+'`
+	for _, network := range []Network{NetworkAll, NetworkLoopback} {
+		d := newTestDomain(t, Policy{Writable: []string{t.TempDir()}, Network: network})
+		msg, code := sh(t, d, script)
+		if code != 0 || msg != "SOCK_DGRAM refused\nSOCK_RAW refused\nseqpacket s" {
+			t.Errorf("network %s: exit %d:\n%s", network, code, msg)
+		}
+		// A datagram is queued at the receiver before sendto returns.
+		ln.SetReadDeadline(time.Now())
+		buf := make([]byte, 64)
+		if n, _, err := ln.ReadFrom(buf); err == nil {
+			t.Errorf("network %s: the socket outside received %q", network, buf[:n])
+		}
+	}
+}
+
+// otherUID is the user the tests that must run as someone other than root
+// use: a uid no account has, so that renicing "every process of the user"
+// on a broken build reaches only the test's own processes.
+const otherUID = 61234
+
+// helperVar names the helper test a test binary run by asUser executes.
+const helperVar = "CONFINE_TEST_HELPER"
+
+// asUser runs the test named helper in a copy of this test binary as
+// otherUID, with env, and returns its output. It needs root; the copy and
+// dir (made writable by otherUID) are removed afterwards.
+func asUser(t *testing.T, helper string, env ...string) (string, error) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a helper as another user")
+	}
+	if ps, _ := filepath.Glob("/proc/[0-9]*"); ps != nil {
+		for _, p := range ps {
+			var st unix.Stat_t
+			if unix.Stat(p, &st) == nil && st.Uid == otherUID {
+				t.Skipf("a process of uid %d runs on this machine: not touching it", otherUID)
+			}
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.MkdirTemp("", "confine-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(bin) })
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyExe := filepath.Join(bin, "confine.test")
+	if b, err := os.ReadFile(exe); err != nil || os.WriteFile(copyExe, b, 0o755) != nil {
+		t.Fatalf("copy the test binary: %v", err)
+	}
+	cmd := exec.Command(copyExe, "-test.run=^"+helper+"$", "-test.v", "-test.count=1")
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), append(env, helperVar+"="+helper, "HOME=/")...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUID, Gid: otherUID}}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// isHelper says whether this process is asUser's helper for the test
+// running; a helper test returns at once otherwise.
+func isHelper(t *testing.T) bool {
+	return os.Getenv(helperVar) == t.Name()
+}
+
+// TestSchedulingStaysInside is R6 of the 2026-11-28 review: as a user
+// without privileges, a command in the domain made berth SCHED_IDLE on
+// every thread, pinned it to one CPU, reniced it and every process of the
+// user (PRIO_USER), and gave it the idle I/O class. It runs as otherUID,
+// berth being the helper process.
+func TestSchedulingStaysInside(t *testing.T) {
+	requireKernel(t)
+	need(t, "/usr/bin/python3") // one otherUID can execute
+	out, err := asUser(t, "TestSchedulingHelper")
+	if err != nil || !strings.Contains(out, "--- PASS: TestSchedulingHelper") {
+		t.Fatalf("as uid %d: %v\n%s", otherUID, err, out)
+	}
+}
+
+func TestSchedulingHelper(t *testing.T) {
+	if !isHelper(t) {
+		t.Skip("run by TestSchedulingStaysInside")
+	}
+	outside := startOutside(t)
+	d := newTestDomain(t, Policy{Writable: []string{t.TempDir()}})
+	before := schedState(t, os.Getpid(), outside.Process.Pid)
+	msg, code := sh(t, d, `/usr/bin/python3 -c '
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+berth, outside, uid = os.getppid(), `+strconv.Itoa(outside.Process.Pid)+`, os.getuid()
+tids = [int(t) for t in os.listdir("/proc/%d/task" % berth)]
+ioprio_set, sched_setattr = {"x86_64": (251, 314), "aarch64": (30, 274)}[os.uname().machine]
+idle = (3 << 13)
+attr = (ctypes.c_uint32 * 14)(56, os.SCHED_IDLE)
+def call(*args):
+    if libc.syscall(*args) != 0:
+        raise OSError(ctypes.get_errno(), "refused")
+def reached(how, f):
+    try:
+        f()
+        print(how, "reached")
+    except OSError:
+        pass
+for p in tids + [outside]:
+    reached("sched_setscheduler %d" % p, lambda: os.sched_setscheduler(p, os.SCHED_IDLE, os.sched_param(0)))
+    reached("sched_setattr %d" % p, lambda: call(sched_setattr, p, attr, 0))
+    reached("sched_setaffinity %d" % p, lambda: os.sched_setaffinity(p, {0}))
+    reached("sched_setparam %d" % p, lambda: os.sched_setparam(p, os.sched_param(0)))
+    reached("setpriority %d" % p, lambda: os.setpriority(os.PRIO_PROCESS, p, 19))
+    reached("ioprio_set %d" % p, lambda: call(ioprio_set, 1, p, idle))
+reached("setpriority PRIO_USER", lambda: os.setpriority(os.PRIO_USER, uid, 19))
+reached("setpriority PRIO_PGRP", lambda: os.setpriority(os.PRIO_PGRP, os.getpgid(outside), 19))
+reached("ioprio_set IOPRIO_WHO_USER", lambda: call(ioprio_set, 3, uid, idle))
+# Its own scheduling is its own.
+os.setpriority(os.PRIO_PROCESS, 0, 5)
+os.sched_setaffinity(0, os.sched_getaffinity(0))
+call(ioprio_set, 1, 0, idle)
+os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+print("done", len(tids), os.getpriority(os.PRIO_PROCESS, 0))'`)
+	t.Logf("in the domain: exit %d: %s", code, msg)
+	if code != 0 || strings.Contains(msg, "reached") || !strings.HasPrefix(msg, "done ") || !strings.HasSuffix(msg, " 5") {
+		t.Errorf("exit %d:\n%s", code, msg)
+	}
+	if after := schedState(t, os.Getpid(), outside.Process.Pid); after != before {
+		t.Errorf("scheduling outside the domain changed:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// schedState describes the scheduling of every thread of the processes:
+// nice value, policy, CPU affinity and I/O priority.
+func schedState(t *testing.T, pids ...int) string {
+	t.Helper()
+	var b strings.Builder
+	for _, pid := range pids {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range tasks {
+			tid, _ := strconv.Atoi(e.Name())
+			nice, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+			if err != nil {
+				continue // the thread ended
+			}
+			policy, _, _ := unix.Syscall(unix.SYS_SCHED_GETSCHEDULER, uintptr(tid), 0, 0)
+			var set unix.CPUSet
+			unix.SchedGetaffinity(tid, &set)
+			io, _, _ := unix.Syscall(unix.SYS_IOPRIO_GET, ioprioWhoProcess, uintptr(tid), 0)
+			fmt.Fprintf(&b, "%d:nice=%d,policy=%d,cpus=%d,io=%#x ", tid, nice, policy, set.Count(), io)
+		}
+	}
+	return b.String()
+}
