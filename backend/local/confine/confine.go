@@ -135,6 +135,28 @@ type Policy struct {
 	// and through a daemon listening there act outside the domain. It
 	// cannot be combined with NetworkLoopback.
 	UnixSockets bool
+	// ReadOnly are files and directories inside the writable trees that
+	// stay read-only all the same (berth's own configuration, a
+	// repository's hooks), however a command names them. They must exist
+	// and be named without symbolic links. Landlock only grants, so the
+	// Domain's thread gets a mount namespace of its own in which each is
+	// bound read-only onto itself; each directory between it and its
+	// writable tree is bound onto itself too (writable), and the kernel
+	// refuses to rename or remove a mount point (EBUSY), so no directory
+	// on the way can be moved aside and replaced. The processes cannot
+	// change these mounts: they have no CAP_SYS_ADMIN, and Landlock
+	// refuses mount(2), umount(2) and pivot_root(2) to them even inside a
+	// user namespace of their own. A path outside every writable tree is
+	// read-only already and needs nothing. It needs Support.MountNS.
+	ReadOnly []string
+	// Pinned are directories inside the writable trees that stay where
+	// they are, writable: each, and each directory between it and its
+	// writable tree, is bound onto itself as for ReadOnly, so it cannot be
+	// renamed, removed and replaced by another (a repository's .git,
+	// whose hooks and config are ReadOnly). A rename or hard link from a
+	// pinned directory to outside it fails with EXDEV (tools fall back to
+	// copying). It needs Support.MountNS.
+	Pinned []string
 	// Partial enforces what this kernel can when it cannot enforce all of
 	// the policy, instead of failing; Enforced says what that is.
 	Partial bool
@@ -157,6 +179,10 @@ type Enforced struct {
 	// ABI 9 confines connecting to them by path): no daemon listening on
 	// one can act for them.
 	UnixConfined bool
+	// ReadOnly are the Policy's ReadOnly paths that lie inside the
+	// writable trees, each under every name of its tree that Writable
+	// lists: what the kernel keeps read-only although a tree holds it.
+	ReadOnly []string
 	// ABI is the Landlock ABI version used, 0 when Landlock is absent.
 	ABI int
 	// Missing lists what the policy asked for that this kernel does not
@@ -219,7 +245,16 @@ func newDomain(p Policy, sup Support, launch func(func())) (*Domain, error) {
 	if err != nil {
 		return nil, err
 	}
+	var prot protection
+	if len(p.ReadOnly)+len(p.Pinned) > 0 {
+		if prot, err = planMounts(p.Writable, p.ReadOnly, p.Pinned); err != nil {
+			return nil, err
+		}
+	}
 	pl := sup.plan(p)
+	if !pl.mountNS {
+		prot = protection{}
+	}
 	if len(pl.missing) > 0 && !p.Partial {
 		return nil, &UnsupportedError{Missing: pl.missing}
 	}
@@ -245,7 +280,7 @@ func newDomain(p Policy, sup Support, launch func(func())) (*Domain, error) {
 		gone: make(chan struct{}),
 	}
 	ready := make(chan threadResult, 1)
-	launch(func() { d.thread(pl, rulesetFD, rulesetFlags, ready) })
+	launch(func() { d.thread(pl, prot.targets, rulesetFD, rulesetFlags, ready) })
 	r := <-ready
 	if r.err != nil {
 		return nil, r.err
@@ -262,6 +297,7 @@ func newDomain(p Policy, sup Support, launch func(func())) (*Domain, error) {
 		Signals:      pl.signals,
 		Network:      pl.network,
 		UnixConfined: pl.unixConfined,
+		ReadOnly:     prot.readOnly,
 		ABI:          pl.abi,
 		Missing:      pl.missing,
 	}
@@ -276,6 +312,7 @@ func (d *Domain) Enforced() Enforced {
 	e := d.enforced
 	e.Writable = slices.Clone(e.Writable)
 	e.Missing = slices.Clone(e.Missing)
+	e.ReadOnly = slices.Clone(e.ReadOnly)
 	return e
 }
 
@@ -322,7 +359,7 @@ type threadResult struct {
 // than the main one, restricts it, and runs the Domain's requests there
 // until Close. It never unlocks the thread, so the Go runtime ends the
 // thread when the goroutine returns.
-func (d *Domain) thread(pl plan, rulesetFD int, rulesetFlags uint32, ready chan<- threadResult) {
+func (d *Domain) thread(pl plan, mounts []mountTarget, rulesetFD int, rulesetFlags uint32, ready chan<- threadResult) {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
 		// The main thread's id is the process's: confining it would put
@@ -334,21 +371,29 @@ func (d *Domain) thread(pl plan, rulesetFD int, rulesetFlags uint32, ready chan<
 		go func() {
 			runtime.LockOSThread()
 			close(moved)
-			d.restricted(pl, rulesetFD, rulesetFlags, ready)
+			d.restricted(pl, mounts, rulesetFD, rulesetFlags, ready)
 		}()
 		<-moved
 		runtime.UnlockOSThread()
 		return
 	}
-	d.restricted(pl, rulesetFD, rulesetFlags, ready)
+	d.restricted(pl, mounts, rulesetFD, rulesetFlags, ready)
 }
 
 // restricted restricts the locked calling thread and serves requests.
-func (d *Domain) restricted(pl plan, rulesetFD int, rulesetFlags uint32, ready chan<- threadResult) {
+func (d *Domain) restricted(pl plan, mounts []mountTarget, rulesetFD int, rulesetFlags uint32, ready chan<- threadResult) {
 	defer close(d.gone)
 	if unix.Gettid() == unix.Getpid() {
 		ready <- threadResult{-1, errors.New("confine: the domain's thread is the main thread")}
 		return
+	}
+	// The mount namespace first: making it needs the capabilities the
+	// next step drops.
+	if len(mounts) > 0 {
+		if err := enterMountNamespace(mounts); err != nil {
+			ready <- threadResult{-1, err}
+			return
+		}
 	}
 	var filter []unix.SockFilter
 	if pl.seccomp {
