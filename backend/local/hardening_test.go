@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	case "crash":
 		crashHelper()
 		return
+	case "refuse":
+		refuseHelper()
+		return
 	}
 	os.Exit(m.Run())
 }

@@ -120,12 +120,21 @@ func newSandbox(dir string, opts backend.Options, log *slog.Logger) (*sandbox, e
 		}
 		writable = append(writable, filepath.Clean(p))
 	}
+	g, err := guardFor(writable, opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(g.unprotected) > 0 {
+		log.Debug("local: not kept read-only by the kernel (the approvals gate asks about writes to them)", "paths", strings.Join(g.unprotected, "; "))
+	}
 	tmp, err := os.MkdirTemp("", "berth-sandbox-")
 	if err != nil {
 		return nil, fmt.Errorf("local: the environment's temporary directory: %w", err)
 	}
 	pol := confine.Policy{
 		Writable:    append(writable, tmp),
+		ReadOnly:    g.readOnly,
+		Pinned:      g.pinned,
 		Network:     network,
 		UnixSockets: t.Bool(keyUnixSockets),
 		Partial:     fallback == FallbackPartial,
@@ -151,7 +160,7 @@ func newSandbox(dir string, opts backend.Options, log *slog.Logger) (*sandbox, e
 		log.Warn("local: workspace confinement is partial on this kernel (terminal.local_sandbox_fallback=partial)",
 			"missing", strings.Join(e.Missing, "; "))
 	}
-	sb := &sandbox{domain: d, tmp: tmp, conf: backend.Confinement{Writable: e.Writable, Signals: e.Signals},
+	sb := &sandbox{domain: d, tmp: tmp, conf: backend.Confinement{Writable: e.Writable, Protected: e.ReadOnly, Signals: e.Signals},
 		// A daemon reachable over a unix socket (docker, systemd over
 		// D-Bus) writes wherever a command asks it to: with those open,
 		// the writable trees are not the whole truth.
@@ -160,6 +169,29 @@ func newSandbox(dir string, opts backend.Options, log *slog.Logger) (*sandbox, e
 		sb.conf.Network = string(e.Network)
 	}
 	return sb, nil
+}
+
+// guardFor decides what the kernel keeps read-only inside the writable
+// trees: berth's own state (refusing to start where that cannot be done)
+// and, where a mount namespace can be had, the repositories' hooks and
+// configuration.
+func guardFor(writable []string, opts backend.Options) (guard, error) {
+	var g guard
+	st, err := ownStateOf(opts)
+	if err != nil {
+		return g, err
+	}
+	s := confine.Probe()
+	why := "berth keeps it read-only with a mount namespace, which needs berth to run as root (" + s.NoMountNS + ")"
+	if err := g.berthState(st, writable, s.MountNS, why); err != nil {
+		return g, err
+	}
+	if s.MountNS {
+		g.repositories(writable)
+	} else {
+		g.unprotected = append(g.unprotected, "every repository's .git (no mount namespace here: "+s.NoMountNS+")")
+	}
+	return g, nil
 }
 
 // close ends the confinement and removes the temporary directory.

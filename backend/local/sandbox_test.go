@@ -512,7 +512,11 @@ func TestConformanceWorkspace(t *testing.T) {
 	home, _ := os.UserHomeDir()
 	cfg := sandboxConfig(t, ws, map[string]any{"local_sandbox_writable": []string{"/tmp", home}})
 	backendtest.Run(t, func(t testing.TB) backend.Backend {
-		be, err := local.New(backend.Options{Config: cfg.Terminal})
+		// berth's home where no writable tree reaches: the default,
+		// ~/.berth, would lie in the listed $HOME, to be kept
+		// read-only (made first if missing) or, without a mount
+		// namespace, refused.
+		be, err := local.New(backend.Options{Config: cfg.Terminal, Home: "/nonexistent/berth-home"})
 		if err != nil {
 			t.Fatal(err)
 		}
