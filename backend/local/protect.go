@@ -15,20 +15,31 @@ import (
 )
 
 // The search for repositories in the writable trees is bounded, so that a
-// workspace as large as a home directory costs an environment start a few
+// workspace as large as a home directory costs an environment start
 // milliseconds, not a walk of the disk: .git is looked for in each tree's
 // root and in directories up to gitSearchDepth levels below it, breadth
-// first, reading at most gitSearchDirs directories in all and protecting
-// at most gitMaxRepos repositories. Symbolic links are not followed and
-// no .git directory is entered (its submodules and linked worktrees are
-// read from its modules/ and worktrees/ directories). A repository past
-// the bound is not protected, and so not listed in Confinement.Protected:
-// the approvals gate keeps asking about writes to its .git.
+// first; at most gitSearchReads directories are listed and gitSearchLooks
+// looked into, and at most gitMaxRepos repositories protected. Symbolic
+// links are not followed, caches that hold no one's work are not entered
+// (gitSkip), and no .git directory is entered (its submodules and linked
+// worktrees are read from its modules/ and worktrees/ directories). A
+// repository past the bound is not protected, and so not listed in
+// Confinement.Protected: the approvals gate keeps asking about writes to
+// its .git.
 const (
 	gitSearchDepth = 3
-	gitSearchDirs  = 2000
+	gitSearchReads = 512
+	gitSearchLooks = 4096
 	gitMaxRepos    = 64
 )
+
+// gitSkip are directory names the search does not enter: package and
+// build caches, large and never a project of the user's.
+var gitSkip = map[string]bool{
+	"node_modules": true, ".cache": true, ".npm": true, ".cargo": true, ".rustup": true,
+	".venv": true, "venv": true, "__pycache__": true, ".tox": true, ".gradle": true,
+	".m2": true, "target": true, ".terraform": true,
+}
 
 // gitProtected are the names in a git directory whose content git runs or
 // follows: hooks it executes, config (core.fsmonitor, core.hooksPath,
@@ -237,7 +248,7 @@ func (g *guard) berthState(st ownState, trees []string, canMount bool, why strin
 // .git file (which names the git directory).
 func (g *guard) repositories(trees []string) {
 	real := realTrees(trees)
-	dirsRead := 0
+	reads, looks := 0, 0
 	repos := 0
 	seen := map[string]bool{}
 	var gitdir func(dir string, depth int)
@@ -337,11 +348,17 @@ func (g *guard) repositories(trees []string) {
 	for len(queue) > 0 {
 		q := queue[0]
 		queue = queue[1:]
-		if dirsRead >= gitSearchDirs {
-			g.unprotected = append(g.unprotected, fmt.Sprintf("repositories below %s and %d more directories (the search reads at most %d directories)", q.dir, len(queue), gitSearchDirs))
+		if looks >= gitSearchLooks || q.depth < gitSearchDepth && reads >= gitSearchReads {
+			g.unprotected = append(g.unprotected, fmt.Sprintf("repositories in or below %s and %d more directories (the search stops after listing %d directories or looking into %d)",
+				q.dir, len(queue), gitSearchReads, gitSearchLooks))
 			break
 		}
-		dirsRead++
+		looks++
+		dotgit(filepath.Join(q.dir, ".git"))
+		if q.depth == gitSearchDepth {
+			continue
+		}
+		reads++
 		f, err := os.Open(q.dir)
 		if err != nil {
 			continue
@@ -349,12 +366,7 @@ func (g *guard) repositories(trees []string) {
 		ents, _ := f.ReadDir(-1)
 		f.Close()
 		for _, e := range ents {
-			name := e.Name()
-			if name == ".git" {
-				dotgit(filepath.Join(q.dir, name))
-				continue
-			}
-			if e.IsDir() && q.depth < gitSearchDepth {
+			if name := e.Name(); e.IsDir() && name != ".git" && !gitSkip[name] {
 				queue = append(queue, queued{filepath.Join(q.dir, name), q.depth + 1})
 			}
 		}

@@ -331,7 +331,7 @@ func TestWorkspaceRefusesALinkToBerthsHome(t *testing.T) {
 }
 
 // git runs git in dir and fails the test when it fails.
-func git(t *testing.T, dir string, args ...string) {
+func git(t testing.TB, dir string, args ...string) {
 	t.Helper()
 	cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", "-c", "protocol.file.allow=always"}, args...)...)
 	cmd.Dir = dir
@@ -353,6 +353,13 @@ func repoInWorkspace(t *testing.T) string {
 		t.Skip("git not found")
 	}
 	ws := t.TempDir()
+	makeRepos(t, ws)
+	return ws
+}
+
+// makeRepos makes repoInWorkspace's repositories in ws.
+func makeRepos(t testing.TB, ws string) {
+	t.Helper()
 	git(t, ws, "init", "-q")
 	if err := os.WriteFile(filepath.Join(ws, "README"), []byte("hi\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -368,7 +375,6 @@ func repoInWorkspace(t *testing.T) string {
 		t.Fatal(err)
 	}
 	git(t, filepath.Join(ws, "vendor", "lib"), "init", "-q")
-	return ws
 }
 
 // TestWorkspaceKeepsGitHooksReadOnly is R10 of the 2026-11-28 review
