@@ -54,6 +54,9 @@ type guard struct {
 	// unprotected says what could not be protected (a name that does not
 	// exist yet, a repository past the search bound); the gate asks.
 	unprotected []string
+	// home and config are berth's home and config file when a tree
+	// holds them (and they are kept read-only), "" otherwise.
+	home, config string
 }
 
 // ownState names where berth reads its settings from: its home (config
@@ -189,7 +192,7 @@ func cannotProtect(what, path, tree, why string) error {
 // could re-point, the state being a whole tree, a .env that does not
 // exist yet beside a config file in the workspace). A missing home inside
 // a tree is made, so that what berth writes there later is protected too.
-func (g *guard) berthState(st ownState, trees []string, canMount bool, why string) error {
+func (g *guard) berthState(st ownState, trees []string, canMount bool, why string, make bool) error {
 	real := realTrees(trees)
 	if link := linkInTrees(st.home, real); link != "" {
 		return fmt.Errorf("local: terminal.%s=workspace: berth's home %s is reached through the symbolic link %s, which lies in a writable tree: a command could point it elsewhere and put its own settings there; set BERTH_HOME to the directory itself (%s)",
@@ -203,9 +206,12 @@ func (g *guard) berthState(st ownState, trees []string, canMount bool, why strin
 		case !canMount:
 			return cannotProtect("berth's home", st.home, t, why)
 		}
-		if err := os.MkdirAll(home, 0o700); err != nil {
-			return fmt.Errorf("local: make berth's home %s (to keep it read-only to commands): %w", home, err)
+		if make {
+			if err := os.MkdirAll(home, 0o700); err != nil {
+				return fmt.Errorf("local: make berth's home %s (to keep it read-only to commands): %w", home, err)
+			}
 		}
+		g.home = home
 		g.readOnly = append(g.readOnly, home)
 	}
 	if st.config == "" {
@@ -237,6 +243,7 @@ func (g *guard) berthState(st ownState, trees []string, canMount bool, why strin
 	if _, err := os.Stat(cfg); err != nil {
 		return fmt.Errorf("local: berth's config file: %w", err)
 	}
+	g.config = cfg
 	g.readOnly = append(g.readOnly, cfg, dotenv)
 	return nil
 }

@@ -507,9 +507,13 @@ func TestWorkspaceRefusesWithoutMountNamespace(t *testing.T) {
 		"refused: local: terminal.local_sandbox=workspace: berth's home " + home + " lies inside the writable tree " + ws,
 		"Set terminal.cwd to a narrower directory",
 		"BERTH_HOME=",
-		"needs berth to run as root",
+		"which it cannot make here: a mount namespace needs CAP_SYS_ADMIN",
 		"outside: protected []",
 		"hook: written",
+		"doctor: usable false",
+		"configured: local_sandbox=workspace, network=all, unix_sockets=false, fallback=refuse: CANNOT start here: local: terminal.local_sandbox=workspace: berth's home " + home + " lies inside",
+		"NOT enforced: keeping berth's home read-only inside the workspace (berth refuses to start when it lies there)",
+		"fix: set terminal.cwd to the project's directory, or BERTH_HOME",
 	} {
 		if !strings.Contains(lines, want) {
 			t.Errorf("helper output lacks %q:\n%s", want, lines)
@@ -534,6 +538,9 @@ func refuseHelper() {
 	} else {
 		fmt.Println("started with berth's home in the workspace")
 	}
+	reg, _ := backend.Lookup("local")
+	fp := reg.Doctor(context.Background(), backend.Options{Config: t, Home: home})
+	fmt.Printf("doctor: usable %v\n%s\nfix: %s\n", fp.Usable, strings.Join(fp.Details, "\n"), fp.Fix)
 	be, err := local.New(backend.Options{Config: t, Home: outsideHome})
 	if err != nil {
 		fmt.Println("outside:", err)
@@ -543,4 +550,43 @@ func refuseHelper() {
 	fmt.Printf("outside: protected %q\n", be.Capabilities().Confinement.Protected)
 	out, code, err := backend.Output(context.Background(), be, backend.ProcSpec{Argv: []string{"sh", "-c", "printf '#!/bin/sh\\n' > .git/hooks/pre-commit && echo written"}}, nil, 0)
 	fmt.Printf("hook: %s (exit %d, %v)\n", strings.TrimSpace(string(out)), code, err)
+}
+
+// TestDoctorSaysWhatIsKeptReadOnly: for a workspace holding berth's home
+// and a repository, berth doctor says the kernel keeps them read-only
+// here, and makes nothing while looking.
+func TestDoctorSaysWhatIsKeptReadOnly(t *testing.T) {
+	requireMountNS(t)
+	ws := repoInWorkspace(t)
+	home := filepath.Join(ws, ".berth")
+	reg, _ := backend.Lookup("local")
+	cfg := sandboxConfig(t, ws, nil)
+	fp := reg.Doctor(context.Background(), backend.Options{Config: cfg.Terminal, Home: home})
+	all := strings.Join(fp.Details, "\n")
+	for _, want := range []string{
+		"workspace " + ws + ": berth's home " + home + " is inside it: kept read-only to commands by a mount namespace",
+		".git/hooks, .git/config, config.worktree and commondir of the 4 git directories found in the workspace",
+		"berth's home and config, and repositories' hooks and config inside the workspace, read-only",
+		"configured: local_sandbox=workspace, network=all, unix_sockets=false, fallback=refuse: enforced in full",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("doctor lacks %q:\n%s", want, all)
+		}
+	}
+	if !fp.Usable {
+		t.Errorf("not usable: %+v", fp)
+	}
+	if _, err := os.Stat(home); err == nil {
+		t.Error("doctor made berth's home")
+	}
+	// The workspace holding the user's home is worth a warning.
+	fp = reg.Doctor(context.Background(), backend.Options{Config: cfg.Terminal, Home: home, Getenv: func(k string) string {
+		if k == "HOME" {
+			return ws
+		}
+		return ""
+	}})
+	if all := strings.Join(fp.Details, "\n"); !strings.Contains(all, "WARNING: the writable tree "+ws+" holds your home directory") {
+		t.Errorf("no warning for a workspace holding $HOME:\n%s", all)
+	}
 }

@@ -94,33 +94,14 @@ func newSandbox(dir string, opts backend.Options, log *slog.Logger) (*sandbox, e
 	if err != nil {
 		return nil, fmt.Errorf("local: terminal.%s: %w", keyNetwork, err)
 	}
-	if dir == "/" {
-		return nil, fmt.Errorf("local: terminal.%s=workspace with / as the working directory would let commands write everywhere; set terminal.cwd to the project's directory", keySandbox)
+	writable, err := writableTrees(dir, opts)
+	if err != nil {
+		return nil, err
 	}
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("local: terminal.%s=workspace needs the working directory %s to exist: it is the tree commands may write", keySandbox, dir)
+	for _, w := range broadTrees(writable, userHome(opts)) {
+		log.Warn("local: " + w)
 	}
-	home := ""
-	if opts.Getenv != nil {
-		home = opts.Getenv("HOME")
-	}
-	if home == "" {
-		home, _ = os.UserHomeDir()
-	}
-	writable := []string{dir}
-	for _, p := range t.List(keyWritable) {
-		if p == "~" || strings.HasPrefix(p, "~/") {
-			if home == "" {
-				return nil, fmt.Errorf("local: terminal.%s: %q: no home directory to expand ~ in", keyWritable, p)
-			}
-			p = filepath.Join(home, p[1:])
-		}
-		if st, err := os.Stat(p); err != nil || !st.IsDir() {
-			return nil, fmt.Errorf("local: terminal.%s: %q is not an existing directory", keyWritable, p)
-		}
-		writable = append(writable, filepath.Clean(p))
-	}
-	g, err := guardFor(writable, opts)
+	g, err := guardFor(writable, opts, true)
 	if err != nil {
 		return nil, err
 	}
@@ -171,19 +152,81 @@ func newSandbox(dir string, opts backend.Options, log *slog.Logger) (*sandbox, e
 	return sb, nil
 }
 
+// writableTrees returns the trees commands may write in the workspace
+// dir: dir itself and local_sandbox_writable, each checked.
+func writableTrees(dir string, opts backend.Options) ([]string, error) {
+	t := opts.Config
+	if dir == "/" {
+		return nil, fmt.Errorf("local: terminal.%s=workspace with / as the working directory would let commands write everywhere; set terminal.cwd to the project's directory", keySandbox)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("local: terminal.%s=workspace needs the working directory %s to exist: it is the tree commands may write", keySandbox, dir)
+	}
+	home := userHome(opts)
+	writable := []string{dir}
+	for _, p := range t.List(keyWritable) {
+		if p == "~" || strings.HasPrefix(p, "~/") {
+			if home == "" {
+				return nil, fmt.Errorf("local: terminal.%s: %q: no home directory to expand ~ in", keyWritable, p)
+			}
+			p = filepath.Join(home, p[1:])
+		}
+		if st, err := os.Stat(p); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("local: terminal.%s: %q is not an existing directory", keyWritable, p)
+		}
+		writable = append(writable, filepath.Clean(p))
+	}
+	return writable, nil
+}
+
+// userHome is the user's home directory ($HOME as berth was started), ""
+// when there is none.
+func userHome(opts backend.Options) string {
+	home := ""
+	if opts.Getenv != nil {
+		home = opts.Getenv("HOME")
+	}
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	return home
+}
+
+// broadTrees warns about writable trees that hand commands more than a
+// project (R10 of the 2026-11-28 review): the user's home, whose startup
+// files and configuration run unconfined later, and the shared temporary
+// directory.
+func broadTrees(writable []string, home string) []string {
+	var out []string
+	if home != "" {
+		home = realPath(home)
+	}
+	for _, w := range writable {
+		r := realPath(w)
+		switch {
+		case home != "" && within(home, r):
+			out = append(out, fmt.Sprintf("the writable tree %s holds your home directory: commands may write your shell's startup files (~/.bashrc, ~/.profile), ~/.ssh and ~/.config, which run unconfined when you next log in or use them; set terminal.cwd to the project's directory", w))
+		case r == realPath(os.TempDir()) || r == "/tmp" || r == "/var/tmp":
+			out = append(out, fmt.Sprintf("the writable tree %s is shared with every user and program on this machine; the environment's own $TMPDIR is private", w))
+		}
+	}
+	return out
+}
+
 // guardFor decides what the kernel keeps read-only inside the writable
 // trees: berth's own state (refusing to start where that cannot be done)
 // and, where a mount namespace can be had, the repositories' hooks and
-// configuration.
-func guardFor(writable []string, opts backend.Options) (guard, error) {
+// configuration. With make, a missing berth home inside a tree is made
+// (so that it is protected); doctor passes false.
+func guardFor(writable []string, opts backend.Options, make bool) (guard, error) {
 	var g guard
 	st, err := ownStateOf(opts)
 	if err != nil {
 		return g, err
 	}
 	s := confine.Probe()
-	why := "berth keeps it read-only with a mount namespace, which needs berth to run as root (" + s.NoMountNS + ")"
-	if err := g.berthState(st, writable, s.MountNS, why); err != nil {
+	why := "berth keeps it read-only with a mount namespace, which it cannot make here: " + s.NoMountNS
+	if err := g.berthState(st, writable, s.MountNS, why, make); err != nil {
 		return g, err
 	}
 	if s.MountNS {

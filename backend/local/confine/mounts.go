@@ -180,7 +180,7 @@ func probeMountNS() string {
 		if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
 			why = fmt.Sprintf("unshare(CLONE_NEWNS): %v", err)
 			if errors.Is(err, unix.EPERM) {
-				why = "a mount namespace needs CAP_SYS_ADMIN (berth running as root); a user namespace, which would give it to a user, cannot be made by one thread of a multi-threaded process (EINVAL)"
+				why = "a mount namespace needs CAP_SYS_ADMIN (berth running as root), and one thread of a multi-threaded process cannot make the user namespace that would give it"
 			}
 			return
 		}
