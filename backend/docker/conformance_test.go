@@ -51,6 +51,7 @@ func TestConformance(t *testing.T) {
 				{"OrphanPruning", testOrphanPruning},
 				{"NoNetwork", testNoNetwork},
 				{"VolumesAndCwdMount", testVolumesAndCwdMount},
+				{"BerthsHomeReadOnlyInBind", testBerthsHomeReadOnlyInBind},
 				{"MissingImage", testMissingImage},
 				{"Doctor", testDoctor},
 				{"CreateToFirstCommandAndExecLatency", testCreateToFirstCommandAndExecLatency},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backend/local/confine"
+	"github.com/a55dbaac/berth/internal/berthhome"
 )
 
 // doctor reports the shell, the Landlock ABI and seccomp support found,
@@ -84,16 +85,16 @@ func workspaceState(opts backend.Options, s confine.Support) ([]string, error) {
 	if err != nil {
 		return lines, err
 	}
-	st, _ := ownStateOf(opts)
+	st, _ := berthhome.Settings(opts.Home, opts.ConfigFile, opts.Getenv)
 	ws := "workspace " + strings.Join(writable, ", ")
 	switch {
 	case g.home != "":
-		lines = append(lines, fmt.Sprintf("%s: berth's home %s is inside it: kept read-only to commands by a mount namespace", ws, st.home))
+		lines = append(lines, fmt.Sprintf("%s: berth's home %s is inside it: kept read-only to commands by a mount namespace", ws, st.Home))
 	default:
-		lines = append(lines, fmt.Sprintf("%s: berth's home %s is outside it: read-only to commands", ws, st.home))
+		lines = append(lines, fmt.Sprintf("%s: berth's home %s is outside it: read-only to commands", ws, st.Home))
 	}
 	if g.config != "" {
-		lines = append(lines, fmt.Sprintf("berth's config file %s and the .env beside it are inside the workspace: kept read-only by a mount namespace", st.config))
+		lines = append(lines, fmt.Sprintf("berth's config file %s and the .env beside it are inside the workspace: kept read-only by a mount namespace", st.Config))
 	}
 	if s.MountNS {
 		lines = append(lines, fmt.Sprintf(".git/hooks, .git/config, config.worktree and commondir of the %d git directories found in the workspace (repositories, their submodules and linked worktrees): kept read-only by a mount namespace; a name that does not exist yet, and a repository made later or past the search bound, are not, and the approvals gate asks about writes to them", len(g.pinned)))

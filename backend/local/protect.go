@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/internal/berthhome"
 )
 
@@ -59,56 +58,6 @@ type guard struct {
 	home, config string
 }
 
-// ownState names where berth reads its settings from: its home (config
-// file, .env, allowlist, daemon directory) and the config file when that
-// lies elsewhere, with the .env beside it.
-type ownState struct {
-	home   string
-	config string // "" when it is the home's config.yaml
-}
-
-func ownStateOf(opts backend.Options) (ownState, error) {
-	getenv := opts.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	var st ownState
-	st.home = opts.Home
-	if st.home == "" {
-		h, err := berthhome.Dir(getenv)
-		if err != nil {
-			return st, fmt.Errorf("local: berth's home, which workspace mode keeps out of the commands' reach: %w", err)
-		}
-		st.home = h
-	}
-	st.home = filepath.Clean(st.home)
-	cfg := opts.ConfigFile
-	if cfg == "" {
-		if v := getenv("BERTH_CONFIG"); v != "" {
-			p, err := berthhome.Expand(v, getenv)
-			if err != nil {
-				return st, fmt.Errorf("local: BERTH_CONFIG %q: %w", v, err)
-			}
-			cfg = p
-		}
-	}
-	if cfg != "" {
-		abs, err := filepath.Abs(cfg)
-		if err != nil {
-			return st, fmt.Errorf("local: config file %q: %w", cfg, err)
-		}
-		if !within(abs, st.home) {
-			st.config = abs
-		}
-	}
-	return st, nil
-}
-
-// within reports whether p is dir or lies under it (both clean).
-func within(p, dir string) bool {
-	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
-}
-
 // realTrees returns the writable trees by their real names.
 func realTrees(trees []string) []string {
 	var out []string
@@ -124,29 +73,11 @@ func realTrees(trees []string) []string {
 // treeOf returns the tree holding p (p itself or an ancestor), "".
 func treeOf(p string, trees []string) string {
 	for _, t := range trees {
-		if within(p, t) {
+		if berthhome.Within(p, t) {
 			return t
 		}
 	}
 	return ""
-}
-
-// realPath resolves p's symbolic links as far as p exists; the missing
-// rest is appended as named.
-func realPath(p string) string {
-	p = filepath.Clean(p)
-	var rest []string
-	for {
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			return filepath.Join(append([]string{r}, rest...)...)
-		}
-		parent := filepath.Dir(p)
-		if parent == p {
-			return filepath.Join(append([]string{p}, rest...)...)
-		}
-		rest = append([]string{filepath.Base(p)}, rest...)
-		p = parent
-	}
 }
 
 // linkInTrees returns the first symbolic link on the way to p that a
@@ -166,7 +97,7 @@ func linkInTrees(p string, trees []string) string {
 			cur = next
 			continue
 		}
-		if treeOf(realPath(cur), trees) != "" {
+		if treeOf(berthhome.RealPath(cur), trees) != "" {
 			return next
 		}
 		r, err := filepath.EvalSymlinks(next)
@@ -192,19 +123,19 @@ func cannotProtect(what, path, tree, why string) error {
 // could re-point, the state being a whole tree, a .env that does not
 // exist yet beside a config file in the workspace). A missing home inside
 // a tree is made, so that what berth writes there later is protected too.
-func (g *guard) berthState(st ownState, trees []string, canMount bool, why string, make bool) error {
+func (g *guard) berthState(st berthhome.Files, trees []string, canMount bool, why string, make bool) error {
 	real := realTrees(trees)
-	if link := linkInTrees(st.home, real); link != "" {
+	if link := linkInTrees(st.Home, real); link != "" {
 		return fmt.Errorf("local: terminal.%s=workspace: berth's home %s is reached through the symbolic link %s, which lies in a writable tree: a command could point it elsewhere and put its own settings there; set BERTH_HOME to the directory itself (%s)",
-			keySandbox, st.home, link, realPath(st.home))
+			keySandbox, st.Home, link, berthhome.RealPath(st.Home))
 	}
-	home := realPath(st.home)
+	home := berthhome.RealPath(st.Home)
 	if t := treeOf(home, real); t != "" {
 		switch {
 		case home == t:
-			return cannotProtect("berth's home", st.home, t, "the whole tree cannot be kept read-only")
+			return cannotProtect("berth's home", st.Home, t, "the whole tree cannot be kept read-only")
 		case !canMount:
-			return cannotProtect("berth's home", st.home, t, why)
+			return cannotProtect("berth's home", st.Home, t, why)
 		}
 		if make {
 			if err := os.MkdirAll(home, 0o700); err != nil {
@@ -214,27 +145,27 @@ func (g *guard) berthState(st ownState, trees []string, canMount bool, why strin
 		g.home = home
 		g.readOnly = append(g.readOnly, home)
 	}
-	if st.config == "" {
+	if st.Config == "" {
 		return nil
 	}
-	if link := linkInTrees(st.config, real); link != "" {
+	if link := linkInTrees(st.Config, real); link != "" {
 		return fmt.Errorf("local: terminal.%s=workspace: berth's config file %s is reached through the symbolic link %s, which lies in a writable tree: a command could point it elsewhere; name the file itself (%s)",
-			keySandbox, st.config, link, realPath(st.config))
+			keySandbox, st.Config, link, berthhome.RealPath(st.Config))
 	}
-	cfg := realPath(st.config)
+	cfg := berthhome.RealPath(st.Config)
 	t := treeOf(cfg, real)
 	if t == "" {
 		return nil
 	}
 	if !canMount {
-		return cannotProtect("berth's config file", st.config, t, why)
+		return cannotProtect("berth's config file", st.Config, t, why)
 	}
 	dotenv := filepath.Join(filepath.Dir(cfg), ".env")
 	fi, err := os.Lstat(dotenv)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("local: terminal.%s=workspace: berth's config file %s lies inside the writable tree %s, and the .env beside it (%s) does not exist: a command could create it and set TERMINAL_* and BERTH_APPROVALS_* there; create an empty %s (berth then keeps it read-only), or move the config out of the workspace",
-			keySandbox, st.config, t, dotenv, dotenv)
+			keySandbox, st.Config, t, dotenv, dotenv)
 	case err != nil:
 		return fmt.Errorf("local: %s: %w", dotenv, err)
 	case fi.Mode()&fs.ModeSymlink != 0:

@@ -12,6 +12,7 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backend/local/confine"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/berthhome"
 )
 
 // The local backend's configuration keys (berth's own; Hermes has no
@@ -199,14 +200,14 @@ func userHome(opts backend.Options) string {
 func broadTrees(writable []string, home string) []string {
 	var out []string
 	if home != "" {
-		home = realPath(home)
+		home = berthhome.RealPath(home)
 	}
 	for _, w := range writable {
-		r := realPath(w)
+		r := berthhome.RealPath(w)
 		switch {
-		case home != "" && within(home, r):
+		case home != "" && berthhome.Within(home, r):
 			out = append(out, fmt.Sprintf("the writable tree %s holds your home directory: commands may write your shell's startup files (~/.bashrc, ~/.profile), ~/.ssh and ~/.config, which run unconfined when you next log in or use them; set terminal.cwd to the project's directory", w))
-		case r == realPath(os.TempDir()) || r == "/tmp" || r == "/var/tmp":
+		case r == berthhome.RealPath(os.TempDir()) || r == "/tmp" || r == "/var/tmp":
 			out = append(out, fmt.Sprintf("the writable tree %s is shared with every user and program on this machine; the environment's own $TMPDIR is private", w))
 		}
 	}
@@ -220,9 +221,9 @@ func broadTrees(writable []string, home string) []string {
 // (so that it is protected); doctor passes false.
 func guardFor(writable []string, opts backend.Options, make bool) (guard, error) {
 	var g guard
-	st, err := ownStateOf(opts)
+	st, err := berthhome.Settings(opts.Home, opts.ConfigFile, opts.Getenv)
 	if err != nil {
-		return g, err
+		return g, fmt.Errorf("local: berth's settings, which workspace mode keeps out of the commands' reach: %w", err)
 	}
 	s := confine.Probe()
 	why := "berth keeps it read-only with a mount namespace, which it cannot make here: " + s.NoMountNS
