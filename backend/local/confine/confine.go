@@ -22,18 +22,31 @@
 //     writable tree by walking up its directories, and makes the change on
 //     that descriptor. No set-user-ID or set-group-ID file is made, and
 //     only user.* attributes and ACLs are set.
+//   - Read-only paths inside the writable trees (Policy.ReadOnly, a mount
+//     namespace of the Domain's thread; see mounts.go): Landlock only
+//     grants, so berth's own settings or a repository's hooks inside the
+//     workspace are bound read-only onto themselves there, and the
+//     directories down to them (and Policy.Pinned) onto themselves, so
+//     nothing on the way can be renamed away and replaced. It needs
+//     CAP_SYS_ADMIN (Support.MountNS).
 //   - Signals (Landlock scopes, ABI 6, Linux 6.12): kill, SIGIO and ptrace
 //     reach only processes of the same domain, so `kill -9 -1` ends the
 //     environment's own processes and nothing else. Abstract unix sockets
 //     outside the domain cannot be connected to either. The Domain's own
 //     thread belongs to the domain but also to berth; the filter refuses
 //     every call that would signal, trace or limit berth through it.
+//   - Scheduling (seccomp): Landlock does not scope setpriority,
+//     ioprio_set or the sched_set* calls; the filter allows them on the
+//     caller itself only, so berth and the user's other processes cannot
+//     be reniced, made SCHED_IDLE or pinned to one CPU.
 //   - Unix sockets (seccomp): a unix socket is how a process asks a daemon
 //     outside to act for it (the Docker daemon, the user's D-Bus session
 //     bus and through it systemd, tmux and ssh control sockets, berth's own
 //     daemon) — each a way to write outside the workspace however the
 //     command is spelled. Creating AF_UNIX sockets is refused unless
-//     Policy.UnixSockets; socketpair(2) works. On Landlock ABI 9 the kernel
+//     Policy.UnixSockets; socketpair(2) works for stream and seqpacket
+//     sockets, not datagram ones (which sendto(2) any pathname socket).
+//     On Landlock ABI 9 the kernel
 //     restricts connecting to pathname sockets itself, and sockets under
 //     the writable trees are then allowed.
 //   - Network (Policy.Network): NetworkNone refuses every socket but unix
@@ -71,8 +84,10 @@
 // each other (a timeout's kill helper reaches the command's tree).
 //
 // Measured on the 2-core test machine (heavily loaded; see BenchmarkNew,
-// BenchmarkStart and BenchmarkChmod): confining costs about 4 ms once per
-// environment; a start from the Domain costs what a plain fork/exec costs;
+// BenchmarkStart and BenchmarkChmod): confining costs about 1-4 ms once per
+// environment, a mount namespace with read-only paths a few tenths of a
+// millisecond more; a start from the Domain costs what a plain fork/exec
+// costs, in a mount namespace too;
 // a metadata call pays a round trip to the supervisor (tenths of a
 // millisecond); other system calls pay nothing, since the kernel caches the
 // filter's verdict for every call whose verdict does not depend on its
