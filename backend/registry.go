@@ -22,6 +22,10 @@ type Options struct {
 	// Home is the berth home directory (default ~/.berth) where backends may
 	// keep state such as caches or known hosts.
 	Home string
+	// ConfigFile is the configuration file berth read (absolute), "" when
+	// it read none. Backends that let commands write on this machine keep
+	// it, the .env beside it and Home out of their reach.
+	ConfigFile string
 	// Logger receives the backend's diagnostics; nil means slog.Default().
 	Logger *slog.Logger
 	// Getenv looks up a variable in the environment berth was started with,

@@ -254,7 +254,7 @@ func (m *Manager) create(ctx context.Context, key string) (env *terminal.Environ
 	}()
 	t := m.cfg.Terminal
 	var be backend.Backend
-	opts := backend.Options{Key: key, Config: t, Home: m.cfg.Home, Logger: m.log, Getenv: m.cfg.Getenv, Progress: m.progress}
+	opts := backend.Options{Key: key, Config: t, Home: m.cfg.Home, ConfigFile: m.cfg.Path, Logger: m.log, Getenv: m.cfg.Getenv, Progress: m.progress}
 	if m.factory != nil {
 		be, err = m.factory(ctx, opts)
 	} else {

@@ -93,6 +93,7 @@ func internalTests(t *testing.T) {
 		{"WaitWhenContainerStops", testWaitWhenContainerStops},
 		{"OrphanPruning", testOrphanPruning},
 		{"VolumesAndCwdMount", testVolumesAndCwdMount},
+		{"BerthsHomeReadOnlyInBind", testBerthsHomeReadOnlyInBind},
 		{"MissingImage", testMissingImage},
 		{"Doctor", testDoctor},
 		{"CreateToFirstCommandAndExecLatency", testCreateToFirstCommandAndExecLatency},

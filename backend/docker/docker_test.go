@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -685,4 +686,101 @@ func testCreateToFirstCommandAndExecLatency(t *testing.T) {
 		p.Close()
 	}
 	t.Logf("exec start (create+attach) p50: %v", percentile(durs, 50))
+}
+
+// berthsFilesIn makes a host directory holding berth's home (a config
+// file and the daemon's directory) below .config, as when $HOME is bound
+// into the container, and returns it and the home.
+func berthsFilesIn(t *testing.T) (host, home string) {
+	t.Helper()
+	host = t.TempDir()
+	home = filepath.Join(host, ".config", "berth")
+	if err := os.MkdirAll(filepath.Join(home, "daemon"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "config.yaml"), []byte("approvals:\n  mode: manual\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return host, home
+}
+
+// testBerthsHomeReadOnlyInBind is the 2026-11-28 review's R1 on the
+// docker backend: a host directory bound writable into the container
+// (here $HOME-like, through docker_volumes) that holds berth's home gave
+// the commands berth's settings. Inside the container the home is
+// read-only, and neither it nor a directory above it can be moved aside
+// and replaced; the rest of the bound directory stays writable.
+func testBerthsHomeReadOnlyInBind(t *testing.T) {
+	host, home := berthsFilesIn(t)
+	opts := testOptions(t, func(c *config.Terminal) {
+		mustSet(c, keyVolumes, []string{host + ":/data"})
+	})
+	opts.Home = home
+	b := newBackend(t, opts)
+	if !slices.Contains(b.spec.Kept, "/data/.config/berth") {
+		t.Fatalf("spec.Kept = %q", b.spec.Kept)
+	}
+	before, _ := os.ReadFile(filepath.Join(home, "config.yaml"))
+	for _, c := range []string{
+		"echo 'approvals: {mode: off}' >> /data/.config/berth/config.yaml && echo ESCAPED",
+		"echo TERMINAL_ENV=local > /data/.config/berth/.env && echo ESCAPED",
+		"p=/data/.con; echo x >> ${p}fig/berth/config.yaml && echo ESCAPED",
+		"mv /data/.config/berth /data/.config/old && echo ESCAPED",
+		"mv /data/.config /data/.config.old && mkdir -p /data/.config/berth && echo x > /data/.config/berth/config.yaml && echo ESCAPED",
+		"rm -rf /data/.config/berth && echo ESCAPED",
+		"umount /data/.config/berth && echo ESCAPED",
+		"(sleep 0.2; echo x >> /data/.config/berth/config.yaml && echo ESCAPED) & wait $!",
+	} {
+		out, code := run(t, b, c)
+		if code == 0 || strings.Contains(out, "ESCAPED") {
+			t.Errorf("%s: exit %d %q: it got through", c, code, out)
+		}
+	}
+	if after, _ := os.ReadFile(filepath.Join(home, "config.yaml")); !bytes.Equal(after, before) {
+		t.Fatalf("berth's config changed: %q", after)
+	}
+	if _, err := os.Lstat(filepath.Join(home, ".env")); err == nil {
+		t.Fatal("a .env appeared in berth's home")
+	}
+	if out, code := run(t, b, "echo mine > /data/mine && mkdir /data/.config/other && mv /data/mine /data/.config/other/ && cat /data/.config/other/mine"); code != 0 || out != "mine\n" {
+		t.Fatalf("the rest of the bound directory: exit %d %q", code, out)
+	}
+	fp := Doctor(context.Background(), opts)
+	if all := strings.Join(fp.Details, "\n"); !strings.Contains(all, home+" (berth's own settings) lies in a host directory bound writable into the container: kept read-only there (at /data/.config/berth)") {
+		t.Errorf("doctor does not say so:\n%s", all)
+	}
+}
+
+// TestBerthsFilesInBindsSpec is what the container spec does with berth's
+// files in host binds, without a daemon: nothing for a read-only bind or
+// one that does not hold them; a refusal, naming the path and the fix,
+// where no bind can keep them (the bind is berth's home; a config file
+// in the working directory bound at /workspace without a .env beside it).
+func TestBerthsFilesInBindsSpec(t *testing.T) {
+	host, home := berthsFilesIn(t)
+	opts := func(volumes []string, mutate func(*config.Terminal)) backend.Options {
+		cfg := config.Default().Terminal
+		mustSet(&cfg, keyVolumes, volumes)
+		if mutate != nil {
+			mutate(&cfg)
+		}
+		return backend.Options{Key: "k", Config: cfg, Home: home, Getenv: func(string) string { return "" }}
+	}
+	s, err := buildSpec(opts([]string{host + ":/data:ro", t.TempDir() + ":/other"}, nil))
+	if err != nil || len(s.Kept) != 0 {
+		t.Fatalf("read-only bind, unrelated bind: %v, kept %q", err, s.Kept)
+	}
+	s, err = buildSpec(opts([]string{host + ":/data"}, nil))
+	if err != nil || !slices.Equal(s.Kept, []string{"/data/.config/berth"}) || !slices.Contains(s.Binds, home+":/data/.config/berth:ro") || !slices.Contains(s.Binds, host+"/.config:/data/.config") {
+		t.Fatalf("writable bind holding berth's home: %v, binds %q, kept %q", err, s.Binds, s.Kept)
+	}
+	if _, err := buildSpec(opts([]string{home + ":/berth"}, nil)); err == nil || !strings.Contains(err.Error(), "bind it read-only (:ro)") {
+		t.Fatalf("berth's home bound writable: %v", err)
+	}
+	wd, _ := os.Getwd()
+	o := opts(nil, func(c *config.Terminal) { mustSet(c, keyMountCwd, true) })
+	o.ConfigFile = filepath.Join(wd, "spec.go") // a file in the working directory
+	if _, err := buildSpec(o); err == nil || !strings.Contains(err.Error(), filepath.Join(wd, ".env")+" does not exist") {
+		t.Fatalf("config file in the mounted working directory, no .env: %v", err)
+	}
 }

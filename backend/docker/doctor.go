@@ -62,6 +62,11 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 		diskQuota(ctx, cli, in.Driver, backing, opts),
 		fmt.Sprintf("cgroup %s (%s driver), security options: %s", in.CgroupVersion, in.CgroupDriver, strings.Join(in.SecurityOptions, ", ")),
 	)
+	fp.Details = append(fp.Details, keptLines(opts)...)
+	if _, err := keptFiles(opts); err != nil {
+		fp.Usable = false
+		fp.Fix = "bind a narrower host directory, bind it read-only (:ro), or move berth's home (BERTH_HOME) or config out of it"
+	}
 	image := opts.Config.String(keyImage)
 	if image != "" {
 		if _, err := cli.ImageInspect(ctx, image); err == nil {
@@ -100,4 +105,32 @@ func diskQuota(ctx context.Context, cli *client.Client, driver, backing string, 
 	default:
 		return what + ": NOT enforced (storage driver " + driver + " on " + backing + "; needs overlay2 on xfs with pquota)"
 	}
+}
+
+// keptFiles is what keepBerthsFiles would add for opts, making nothing.
+func keptFiles(opts backend.Options) ([]keptBind, error) {
+	binds, _, err := configuredBinds(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	return keepBerthsFiles(opts, binds, false)
+}
+
+// keptLines says where berth's own files lie against the host directories
+// bound into the container, and what keeps them.
+func keptLines(opts backend.Options) []string {
+	kept, err := keptFiles(opts)
+	switch {
+	case err != nil:
+		return []string{"berth's own files: CANNOT start with these binds: " + err.Error()}
+	case len(kept) == 0:
+		return []string{"berth's home and config: outside every host directory bound writable into the container (docker_volumes, docker_mount_cwd_to_workspace): out of the commands' reach"}
+	}
+	var lines []string
+	for _, k := range kept {
+		if k.readOnly {
+			lines = append(lines, fmt.Sprintf("%s (berth's own settings) lies in a host directory bound writable into the container: kept read-only there (at %s) by a nested read-only bind", k.host, k.target))
+		}
+	}
+	return lines
 }

@@ -8,10 +8,13 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/berthhome"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 )
@@ -46,6 +49,7 @@ type spec struct {
 	WorkDir    string            `json:"workdir"`
 	Env        []string          `json:"env"`
 	Binds      []string          `json:"binds"`
+	Kept       []string          `json:"kept"`    // berth's files read-only in the container (container paths)
 	Volumes    map[string]string `json:"volumes"` // container path -> volume name
 	ReadOnly   bool              `json:"read_only"`
 	Network    bool              `json:"network"`
@@ -90,30 +94,25 @@ func buildSpec(opts backend.Options) (*spec, error) {
 		Volumes:    map[string]string{},
 	}
 
-	targets := map[string]bool{}
-	for _, v := range c.List(keyVolumes) {
-		bind, target, err := parseVolume(v)
-		if err != nil {
-			return nil, err
-		}
-		s.Binds = append(s.Binds, bind)
-		targets[target] = true
+	binds, targets, err := configuredBinds(c)
+	if err != nil {
+		return nil, err
 	}
+	s.Binds = binds
 	mountCwd := c.Bool(keyMountCwd)
-	if mountCwd {
-		if targets[workspaceDir] {
-			return nil, fmt.Errorf("docker: docker_mount_cwd_to_workspace and a docker_volumes entry both mount %s", workspaceDir)
-		}
-		wd, err := os.Getwd()
-		if err != nil {
-			return nil, fmt.Errorf("docker: docker_mount_cwd_to_workspace: host working directory: %w", err)
-		}
-		s.Binds = append(s.Binds, wd+":"+workspaceDir)
-		targets[workspaceDir] = true
-	}
 	for _, dir := range []string{rootDir, workspaceDir} {
 		if !targets[dir] {
 			s.Volumes[dir] = volumeName(s.Name, path.Base(dir))
+		}
+	}
+	kept, err := keepBerthsFiles(opts, s.Binds, true)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range kept {
+		s.Binds = append(s.Binds, k.bind)
+		if k.readOnly {
+			s.Kept = append(s.Kept, k.target)
 		}
 	}
 
@@ -140,6 +139,33 @@ func buildSpec(opts backend.Options) (*spec, error) {
 	sum := sha256.Sum256(b)
 	s.hash = hex.EncodeToString(sum[:8])
 	return s, nil
+}
+
+// configuredBinds returns the binds the settings ask for (docker_volumes,
+// docker_mount_cwd_to_workspace) and their container paths.
+func configuredBinds(c config.Terminal) ([]string, map[string]bool, error) {
+	var binds []string
+	targets := map[string]bool{}
+	for _, v := range c.List(keyVolumes) {
+		bind, target, err := parseVolume(v)
+		if err != nil {
+			return nil, nil, err
+		}
+		binds = append(binds, bind)
+		targets[target] = true
+	}
+	if c.Bool(keyMountCwd) {
+		if targets[workspaceDir] {
+			return nil, nil, fmt.Errorf("docker: docker_mount_cwd_to_workspace and a docker_volumes entry both mount %s", workspaceDir)
+		}
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, nil, fmt.Errorf("docker: docker_mount_cwd_to_workspace: host working directory: %w", err)
+		}
+		binds = append(binds, wd+":"+workspaceDir)
+		targets[workspaceDir] = true
+	}
+	return binds, targets, nil
 }
 
 // labels returns the labels of the container.
@@ -305,4 +331,48 @@ func boolLabel(b bool) string {
 		return "1"
 	}
 	return "0"
+}
+
+// keptBind is a bind keeping one of berth's files read-only in a host
+// directory bound writable into the container, or pinning a directory
+// between (see berthhome.InBind).
+type keptBind struct {
+	bind, target, host string
+	readOnly           bool
+}
+
+// keepBerthsFiles returns, for each host directory bound writable (a
+// docker_volumes host path, docker_mount_cwd_to_workspace) that holds
+// berth's home, its config file or the .env beside it, the binds that
+// keep those read-only inside the container, nested over the writable
+// bind (Docker mounts a bind below another after it). Without them a
+// command in the container could rewrite berth's settings, approvals
+// and sandbox included, for the next call. It refuses what no bind can
+// keep (see berthhome.InBind). With make false nothing is made on the host
+// (berth doctor).
+func keepBerthsFiles(opts backend.Options, binds []string, make bool) ([]keptBind, error) {
+	files, err := berthhome.Settings(opts.Home, opts.ConfigFile, opts.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("docker: berth's settings, kept out of the container's reach: %w", err)
+	}
+	var out []keptBind
+	for _, b := range binds {
+		parts := strings.Split(b, ":")
+		if !strings.HasPrefix(parts[0], "/") || len(parts) == 3 && slices.Contains(strings.Split(parts[2], ","), "ro") {
+			continue // a named volume, or read-only already
+		}
+		ms, err := berthhome.InBind(files, parts[0], make)
+		if err != nil {
+			return nil, fmt.Errorf("docker: the host directory %s bound at %s: %w", parts[0], parts[1], err)
+		}
+		for _, m := range ms {
+			k := keptBind{host: m.Path, target: path.Join(parts[1], m.Rel), readOnly: m.ReadOnly}
+			k.bind = k.host + ":" + k.target
+			if m.ReadOnly {
+				k.bind += ":ro"
+			}
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }

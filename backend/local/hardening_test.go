@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	case "crash":
 		crashHelper()
 		return
+	case "refuse":
+		refuseHelper()
+		return
 	}
 	os.Exit(m.Run())
 }

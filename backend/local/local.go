@@ -29,7 +29,7 @@ import (
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/backend/hostproc"
-	"github.com/a55dbaac/berth/backend/hostproc/confine"
+	"github.com/a55dbaac/berth/backend/local/confine"
 )
 
 func init() {
@@ -57,24 +57,9 @@ type Local struct {
 // "." meaning berth's own working directory); a directory that no longer
 // exists falls back to its nearest existing parent when a process starts.
 func New(opts backend.Options) (*Local, error) {
-	dir := opts.Config.Cwd
-	if dir == "" || dir == "." {
-		wd, err := os.Getwd()
-		if err != nil {
-			wd = "/"
-		}
-		dir = wd
-	}
-	if dir == "~" || len(dir) > 1 && dir[:2] == "~/" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return nil, fmt.Errorf("local: expand %q: %w", dir, err)
-		}
-		dir = filepath.Join(home, dir[1:])
-	}
-	abs, err := filepath.Abs(dir)
+	abs, err := workDir(opts)
 	if err != nil {
-		return nil, fmt.Errorf("local: working directory %q: %w", dir, err)
+		return nil, err
 	}
 	l := &Local{dir: abs, env: FilterEnv(os.Environ(), opts.Config.EnvPassthrough)}
 	log := opts.Logger
@@ -90,6 +75,31 @@ func New(opts backend.Options) (*Local, error) {
 		l.env = withTmp(l.env, sb.tmp)
 	}
 	return l, nil
+}
+
+// workDir is the backend's working directory, absolute: Config.Cwd, ""
+// or "." meaning berth's own, a leading ~ expanded.
+func workDir(opts backend.Options) (string, error) {
+	dir := opts.Config.Cwd
+	if dir == "" || dir == "." {
+		wd, err := os.Getwd()
+		if err != nil {
+			wd = "/"
+		}
+		dir = wd
+	}
+	if dir == "~" || len(dir) > 1 && dir[:2] == "~/" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("local: expand %q: %w", dir, err)
+		}
+		dir = filepath.Join(home, dir[1:])
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("local: working directory %q: %w", dir, err)
+	}
+	return abs, nil
 }
 
 // Name implements backend.Backend.

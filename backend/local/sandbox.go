@@ -10,8 +10,9 @@ import (
 	"strings"
 
 	"github.com/a55dbaac/berth/backend"
-	"github.com/a55dbaac/berth/backend/hostproc/confine"
+	"github.com/a55dbaac/berth/backend/local/confine"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/berthhome"
 )
 
 // The local backend's configuration keys (berth's own; Hermes has no
@@ -94,31 +95,19 @@ func newSandbox(dir string, opts backend.Options, log *slog.Logger) (*sandbox, e
 	if err != nil {
 		return nil, fmt.Errorf("local: terminal.%s: %w", keyNetwork, err)
 	}
-	if dir == "/" {
-		return nil, fmt.Errorf("local: terminal.%s=workspace with / as the working directory would let commands write everywhere; set terminal.cwd to the project's directory", keySandbox)
+	writable, err := writableTrees(dir, opts)
+	if err != nil {
+		return nil, err
 	}
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("local: terminal.%s=workspace needs the working directory %s to exist: it is the tree commands may write", keySandbox, dir)
+	for _, w := range broadTrees(writable, userHome(opts)) {
+		log.Warn("local: " + w)
 	}
-	home := ""
-	if opts.Getenv != nil {
-		home = opts.Getenv("HOME")
+	g, err := guardFor(writable, opts, true)
+	if err != nil {
+		return nil, err
 	}
-	if home == "" {
-		home, _ = os.UserHomeDir()
-	}
-	writable := []string{dir}
-	for _, p := range t.List(keyWritable) {
-		if p == "~" || strings.HasPrefix(p, "~/") {
-			if home == "" {
-				return nil, fmt.Errorf("local: terminal.%s: %q: no home directory to expand ~ in", keyWritable, p)
-			}
-			p = filepath.Join(home, p[1:])
-		}
-		if st, err := os.Stat(p); err != nil || !st.IsDir() {
-			return nil, fmt.Errorf("local: terminal.%s: %q is not an existing directory", keyWritable, p)
-		}
-		writable = append(writable, filepath.Clean(p))
+	if len(g.unprotected) > 0 {
+		log.Debug("local: not kept read-only by the kernel (the approvals gate asks about writes to them)", "paths", strings.Join(g.unprotected, "; "))
 	}
 	tmp, err := os.MkdirTemp("", "berth-sandbox-")
 	if err != nil {
@@ -126,6 +115,8 @@ func newSandbox(dir string, opts backend.Options, log *slog.Logger) (*sandbox, e
 	}
 	pol := confine.Policy{
 		Writable:    append(writable, tmp),
+		ReadOnly:    g.readOnly,
+		Pinned:      g.pinned,
 		Network:     network,
 		UnixSockets: t.Bool(keyUnixSockets),
 		Partial:     fallback == FallbackPartial,
@@ -151,15 +142,100 @@ func newSandbox(dir string, opts backend.Options, log *slog.Logger) (*sandbox, e
 		log.Warn("local: workspace confinement is partial on this kernel (terminal.local_sandbox_fallback=partial)",
 			"missing", strings.Join(e.Missing, "; "))
 	}
-	sb := &sandbox{domain: d, tmp: tmp, conf: backend.Confinement{Writable: e.Writable, Signals: e.Signals},
+	sb := &sandbox{domain: d, tmp: tmp, conf: backend.Confinement{Writable: e.Writable, Protected: e.ReadOnly, Signals: e.Signals},
 		// A daemon reachable over a unix socket (docker, systemd over
 		// D-Bus) writes wherever a command asks it to: with those open,
 		// the writable trees are not the whole truth.
-		isolated: e.Writable != nil && e.UnixSockets}
+		isolated: e.Writable != nil && e.UnixConfined}
 	if e.Network != confine.NetworkAll {
 		sb.conf.Network = string(e.Network)
 	}
 	return sb, nil
+}
+
+// writableTrees returns the trees commands may write in the workspace
+// dir: dir itself and local_sandbox_writable, each checked.
+func writableTrees(dir string, opts backend.Options) ([]string, error) {
+	t := opts.Config
+	if dir == "/" {
+		return nil, fmt.Errorf("local: terminal.%s=workspace with / as the working directory would let commands write everywhere; set terminal.cwd to the project's directory", keySandbox)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("local: terminal.%s=workspace needs the working directory %s to exist: it is the tree commands may write", keySandbox, dir)
+	}
+	home := userHome(opts)
+	writable := []string{dir}
+	for _, p := range t.List(keyWritable) {
+		if p == "~" || strings.HasPrefix(p, "~/") {
+			if home == "" {
+				return nil, fmt.Errorf("local: terminal.%s: %q: no home directory to expand ~ in", keyWritable, p)
+			}
+			p = filepath.Join(home, p[1:])
+		}
+		if st, err := os.Stat(p); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("local: terminal.%s: %q is not an existing directory", keyWritable, p)
+		}
+		writable = append(writable, filepath.Clean(p))
+	}
+	return writable, nil
+}
+
+// userHome is the user's home directory ($HOME as berth was started), ""
+// when there is none.
+func userHome(opts backend.Options) string {
+	home := ""
+	if opts.Getenv != nil {
+		home = opts.Getenv("HOME")
+	}
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	return home
+}
+
+// broadTrees warns about writable trees that hand commands more than a
+// project (R10 of the 2026-11-28 review): the user's home, whose startup
+// files and configuration run unconfined later, and the shared temporary
+// directory.
+func broadTrees(writable []string, home string) []string {
+	var out []string
+	if home != "" {
+		home = berthhome.RealPath(home)
+	}
+	for _, w := range writable {
+		r := berthhome.RealPath(w)
+		switch {
+		case home != "" && berthhome.Within(home, r):
+			out = append(out, fmt.Sprintf("the writable tree %s holds your home directory: commands may write your shell's startup files (~/.bashrc, ~/.profile), ~/.ssh and ~/.config, which run unconfined when you next log in or use them; set terminal.cwd to the project's directory", w))
+		case r == berthhome.RealPath(os.TempDir()) || r == "/tmp" || r == "/var/tmp":
+			out = append(out, fmt.Sprintf("the writable tree %s is shared with every user and program on this machine; the environment's own $TMPDIR is private", w))
+		}
+	}
+	return out
+}
+
+// guardFor decides what the kernel keeps read-only inside the writable
+// trees: berth's own state (refusing to start where that cannot be done)
+// and, where a mount namespace can be had, the repositories' hooks and
+// configuration. With make, a missing berth home inside a tree is made
+// (so that it is protected); doctor passes false.
+func guardFor(writable []string, opts backend.Options, make bool) (guard, error) {
+	var g guard
+	st, err := berthhome.Settings(opts.Home, opts.ConfigFile, opts.Getenv)
+	if err != nil {
+		return g, fmt.Errorf("local: berth's settings, which workspace mode keeps out of the commands' reach: %w", err)
+	}
+	s := confine.Probe()
+	why := "berth keeps it read-only with a mount namespace, which it cannot make here: " + s.NoMountNS
+	if err := g.berthState(st, writable, s.MountNS, why, make); err != nil {
+		return g, err
+	}
+	if s.MountNS {
+		g.repositories(writable)
+	} else {
+		g.unprotected = append(g.unprotected, "every repository's .git (no mount namespace here: "+s.NoMountNS+")")
+	}
+	return g, nil
 }
 
 // close ends the confinement and removes the temporary directory.

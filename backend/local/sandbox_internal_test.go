@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/a55dbaac/berth/backend"
-	"github.com/a55dbaac/berth/backend/hostproc/confine"
+	"github.com/a55dbaac/berth/backend/local/confine"
 	"github.com/a55dbaac/berth/config"
 )
 
@@ -55,5 +57,25 @@ func TestFallbacks(t *testing.T) {
 	}
 	if !strings.Contains(logs, "UNCONFINED") || !strings.Contains(logs, missing) {
 		t.Fatalf("fallback off: the log does not say so: %s", logs)
+	}
+}
+
+// BenchmarkRepositorySearch is the bounded search for repositories: in
+// this module's tree, and in /usr, where it reads its gitSearchDirs
+// directories and stops.
+func BenchmarkRepositorySearch(b *testing.B) {
+	_, file, _, _ := runtime.Caller(0)
+	for _, c := range []struct{ name, tree string }{
+		{"module", filepath.Join(filepath.Dir(file), "..", "..")},
+		{"usr", "/usr"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var g guard
+			for b.Loop() {
+				g = guard{}
+				g.repositories([]string{c.tree})
+			}
+			b.ReportMetric(float64(len(g.pinned)), "repos")
+		})
 	}
 }

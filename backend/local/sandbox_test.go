@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
-	"github.com/a55dbaac/berth/backend/hostproc/confine"
 	"github.com/a55dbaac/berth/backend/local"
+	"github.com/a55dbaac/berth/backend/local/confine"
 	"github.com/a55dbaac/berth/backendtest"
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/files"
@@ -521,7 +521,11 @@ func TestConformanceWorkspace(t *testing.T) {
 			cfg := sandboxConfig(t, ws, map[string]any{"local_sandbox_writable": []string{"/tmp", home}})
 			return backendtest.Target{
 				New: func(t testing.TB) backend.Backend {
-					be, err := local.New(backend.Options{Config: cfg.Terminal})
+					// berth's home where no writable tree reaches: the
+					// default, ~/.berth, would lie in the listed $HOME, to
+					// be kept read-only (made first if missing) or, without
+					// a mount namespace, refused.
+					be, err := local.New(backend.Options{Config: cfg.Terminal, Home: "/nonexistent/berth-home"})
 					if err != nil {
 						t.Fatal(err)
 					}

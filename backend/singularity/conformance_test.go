@@ -43,6 +43,7 @@ func TestConformance(t *testing.T) {
 					{"BuildFailureFallsBackToReference", testBuildFailureFallsBack},
 					{"RecreatedAfterOutsideKill", testRecreatedAfterOutsideKill},
 					{"NoNetworkAndBinds", testNoNetworkAndBinds},
+					{"BerthsHomeReadOnlyInBind", testBerthsHomeReadOnlyInBind},
 					{"EnvAdmin", testEnvAdmin},
 					{"Doctor", testDoctor},
 					{"MissingBinaryIsUnreachable", testMissingBinary},

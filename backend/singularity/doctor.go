@@ -41,6 +41,14 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 	fp := backend.Fingerprint{Usable: true, Summary: fmt.Sprintf("%s %s", filepath.Base(bin), v)}
 	add := func(format string, args ...any) { fp.Details = append(fp.Details, fmt.Sprintf(format, args...)) }
 	add("executable: %s", bin)
+	if len(s.kept) == 0 {
+		add("berth's home and config: outside every host directory bound writable into the instance (singularity_binds, docker_mount_cwd_to_workspace): out of the commands' reach")
+	}
+	for _, k := range s.kept {
+		if k.readOnly {
+			add("%s (berth's own settings) lies in a host directory bound writable into the instance: kept read-only there (at %s) by a nested read-only bind", k.host, k.target)
+		}
+	}
 	add("scratch: %s (overlays, instance records, build temporary files)", s.scratch)
 	if s.persistent {
 		mode, why := overlayChoice(s.overlay)

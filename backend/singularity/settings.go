@@ -7,11 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/internal/berthhome"
 )
 
 // ScratchEnv names the scratch directory (instances' overlays and state,
@@ -37,7 +39,8 @@ type settings struct {
 	image      string // singularity_image as configured
 	binary     string // as configured ("" = look up apptainer, then singularity)
 	binds      []string
-	forward    []string // env_passthrough + singularity_forward_env
+	kept       []keptBind // binds keeping berth's own files read-only (in binds too)
+	forward    []string   // env_passthrough + singularity_forward_env
 	overlay    overlayMode
 	persistent bool
 	cpus       float64
@@ -109,13 +112,20 @@ func settingsFrom(opts backend.Options) (*settings, error) {
 			s.cwd = "/workspace"
 		}
 	}
+	kept, err := keepBerthsFiles(opts, s.binds)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range kept {
+		s.binds = append(s.binds, k.bind)
+	}
+	s.kept = kept
 	if s.cwd == "" || s.cwd == "." || s.cwd == "~" {
 		s.cwd = "/root"
 	}
 	if !strings.HasPrefix(s.cwd, "/") {
 		return nil, fmt.Errorf("singularity: terminal.cwd %q must be an absolute path inside the container", c.Cwd)
 	}
-	var err error
 	s.scratch, err = scratchDir(getenv, opts.Home)
 	if err != nil {
 		return nil, err
@@ -189,4 +199,51 @@ func findBinary(configured string) (string, error) {
 	return "", &backend.UnreachableError{Backend: Name, Target: "apptainer or singularity on PATH",
 		Hint: "install Apptainer (or SingularityCE), `module load apptainer` on a cluster, or set terminal.singularity_binary (TERMINAL_SINGULARITY_BINARY)",
 		Err:  exec.ErrNotFound}
+}
+
+// keptBind is a bind keeping one of berth's files read-only in a host
+// directory bound writable into the instance, or pinning a directory
+// between (see berthhome.InBind).
+type keptBind struct {
+	bind, target, host string
+	readOnly           bool
+}
+
+// keepBerthsFiles returns, for each host directory bound writable
+// (singularity_binds, docker_mount_cwd_to_workspace) that holds
+// berth's home, its config file or the .env beside it, the binds that keep
+// those read-only inside the instance, nested over the writable bind.
+// Apptainer mounts user binds parents first (by destination since 1.2, in
+// the order given before), and they follow the bind they nest in. Without
+// them a command could rewrite berth's settings, approvals and sandbox
+// included, for the next call. It refuses what no bind can keep (see
+// berthhome.InBind).
+func keepBerthsFiles(opts backend.Options, binds []string) ([]keptBind, error) {
+	files, err := berthhome.Settings(opts.Home, opts.ConfigFile, opts.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("singularity: berth's settings, kept out of the instance's reach: %w", err)
+	}
+	var out []keptBind
+	for _, b := range binds {
+		parts := strings.Split(b, ":")
+		if len(parts) < 2 || len(parts) == 3 && parts[2] == "ro" {
+			continue
+		}
+		ms, err := berthhome.InBind(files, parts[0], true)
+		if err != nil {
+			return nil, fmt.Errorf("singularity: the host directory %s bound at %s: %w", parts[0], parts[1], err)
+		}
+		for _, m := range ms {
+			k := keptBind{host: m.Path, target: path.Join(parts[1], m.Rel), readOnly: m.ReadOnly}
+			k.bind = k.host + ":" + k.target
+			if m.ReadOnly {
+				k.bind += ":ro"
+			}
+			if err := checkBind(k.bind); err != nil {
+				return nil, fmt.Errorf("singularity: berth's own %s lies in the host directory %s bound at %s, and cannot be kept read-only there: %w", k.host, parts[0], parts[1], err)
+			}
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }

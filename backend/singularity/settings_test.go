@@ -194,3 +194,29 @@ func TestIsolationFollowsBinds(t *testing.T) {
 		}
 	}
 }
+
+// TestBerthsHomeBoundWritableRefused: binding berth's home itself
+// writable into the instance is refused, naming it and the fix; bound
+// read-only it is left alone.
+func TestBerthsHomeBoundWritableRefused(t *testing.T) {
+	home := t.TempDir()
+	getenv := func(k string) string {
+		if k == ScratchEnv {
+			return t.TempDir()
+		}
+		return ""
+	}
+	cfg := config.Default().Terminal
+	if err := cfg.Set(keyBinds, []string{home + ":/berth"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := settingsFrom(backend.Options{Key: "k", Config: cfg, Home: home, Getenv: getenv}); err == nil || !strings.Contains(err.Error(), "bind it read-only (:ro)") {
+		t.Fatalf("berth's home bound writable: %v", err)
+	}
+	if err := cfg.Set(keyBinds, []string{home + ":/berth:ro"}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := settingsFrom(backend.Options{Key: "k", Config: cfg, Home: home, Getenv: getenv}); err != nil || len(s.kept) != 0 {
+		t.Fatalf("berth's home bound read-only: %v", err)
+	}
+}

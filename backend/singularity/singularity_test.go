@@ -599,3 +599,49 @@ done 2>/dev/null; echo scanned`)
 		t.Errorf("host process %d holds a variable of berth's environment: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
 	}
 }
+
+// testBerthsHomeReadOnlyInBind is the 2026-11-28 review's R1 on the
+// singularity backend: a host directory bound writable into the instance
+// (singularity_binds) that holds berth's home gave the commands berth's
+// settings. Inside the instance the home is read-only, and neither it nor
+// a directory above it can be moved aside and replaced; the rest of the
+// bound directory stays writable.
+func testBerthsHomeReadOnlyInBind(t *testing.T, e *testEnv) {
+	host := t.TempDir()
+	home := filepath.Join(host, ".config", "berth")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(home, "config.yaml")
+	if err := os.WriteFile(conf, []byte("approvals:\n  mode: manual\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := e.options("", func(c *config.Terminal) { mustSet(t, c, keyBinds, []string{host + ":/data"}) })
+	opts.Home = home
+	b := newBackend(t, opts)
+	for _, c := range []string{
+		"echo 'approvals: {mode: off}' >> /data/.config/berth/config.yaml && echo ESCAPED",
+		"echo TERMINAL_ENV=local > /data/.config/berth/.env && echo ESCAPED",
+		"mv /data/.config/berth /data/.config/old && echo ESCAPED",
+		"mv /data/.config /data/.config.old && mkdir -p /data/.config/berth && echo x > /data/.config/berth/config.yaml && echo ESCAPED",
+		"rm -rf /data/.config/berth && echo ESCAPED",
+		"(sleep 0.2; echo x >> /data/.config/berth/config.yaml && echo ESCAPED) & wait $!",
+	} {
+		if out, code := run(t, b, c); code == 0 || strings.Contains(out, "ESCAPED") {
+			t.Errorf("%s: exit %d %q: it got through", c, code, out)
+		}
+	}
+	if b, _ := os.ReadFile(conf); string(b) != "approvals:\n  mode: manual\n" {
+		t.Fatalf("berth's config changed: %q", b)
+	}
+	if _, err := os.Lstat(filepath.Join(home, ".env")); err == nil {
+		t.Fatal("a .env appeared in berth's home")
+	}
+	if out := mustRun(t, b, "echo mine > /data/mine && cat /data/mine"); out != "mine\n" {
+		t.Fatalf("the rest of the bound directory: %q", out)
+	}
+	fp := Doctor(context.Background(), opts)
+	if all := strings.Join(fp.Details, "\n"); !strings.Contains(all, home+" (berth's own settings) lies in a host directory bound writable into the instance: kept read-only there (at /data/.config/berth)") {
+		t.Errorf("doctor does not say so:\n%s", all)
+	}
+}

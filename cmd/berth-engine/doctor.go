@@ -75,7 +75,7 @@ func doctor(ctx context.Context, w io.Writer, cfg *config.Config) bool {
 			mark, line = "?", "no checks available"
 		default:
 			dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			fp := reg.Doctor(dctx, backend.Options{Key: "doctor", Config: cfg.Terminal, Home: cfg.Home, Getenv: cfg.Getenv})
+			fp := reg.Doctor(dctx, backend.Options{Key: "doctor", Config: cfg.Terminal, Home: cfg.Home, ConfigFile: cfg.Path, Getenv: cfg.Getenv})
 			cancel()
 			line, fix, details = tidyFingerprint(name, fp)
 			if fp.Usable {

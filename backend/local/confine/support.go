@@ -29,6 +29,13 @@ type Support struct {
 	Notify bool
 	// NoNotify says why Notify is false.
 	NoNotify string
+	// MountNS is true when a Domain's thread can have a mount namespace
+	// of its own, which Policy.ReadOnly and Policy.Pinned need: berth has
+	// CAP_SYS_ADMIN (runs as root) and the kernel has mount_setattr
+	// (Linux 5.12).
+	MountNS bool
+	// NoMountNS says why MountNS is false.
+	NoMountNS string
 }
 
 var (
@@ -87,6 +94,9 @@ func probe() Support {
 		}
 		s.Notify = true
 	}
+	if s.NoMountNS = probeMountNS(); s.NoMountNS == "" {
+		s.MountNS = true
+	}
 	return s
 }
 
@@ -112,6 +122,7 @@ type plan struct {
 	signals      bool
 	network      Network
 	unixConfined bool
+	mountNS      bool // Policy.ReadOnly and Pinned are kept
 	missing      []string
 }
 
@@ -188,6 +199,13 @@ func (s Support) plan(p Policy) plan {
 			pl.network = NetworkLoopback
 		} else {
 			need("loopback-only networking needs " + s.NoNotify)
+		}
+	}
+	if len(p.ReadOnly)+len(p.Pinned) > 0 {
+		if s.MountNS {
+			pl.mountNS = true
+		} else {
+			need("keeping paths inside the writable trees read-only needs a mount namespace of the domain's own: " + s.NoMountNS)
 		}
 	}
 	pl.filter = f

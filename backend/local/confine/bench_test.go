@@ -10,16 +10,42 @@ import (
 )
 
 // BenchmarkNew is the cost of confining an environment: the thread, the
-// Landlock ruleset, the seccomp filter and the supervisor, then Close.
+// Landlock ruleset, the seccomp filter and the supervisor, then Close;
+// "protected" adds the mount namespace keeping berth's home and a
+// repository's hooks and config read-only (five mounts: the home, .git
+// pinned, hooks, config, and the directory between), where one can be had.
 func BenchmarkNew(b *testing.B) {
 	requireKernelB(b)
 	ws := b.TempDir()
-	for b.Loop() {
-		d, err := New(Policy{Writable: []string{ws}, Network: NetworkLoopback})
-		if err != nil {
+	home, git := filepath.Join(ws, ".berth"), filepath.Join(ws, "src", "project", ".git")
+	for _, d := range []string{home, filepath.Join(git, "hooks")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
 			b.Fatal(err)
 		}
-		d.Close()
+	}
+	if err := os.WriteFile(filepath.Join(git, "config"), nil, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		p    Policy
+	}{
+		{"plain", Policy{Writable: []string{ws}, Network: NetworkLoopback}},
+		{"protected", Policy{Writable: []string{ws}, Network: NetworkLoopback,
+			ReadOnly: []string{home, filepath.Join(git, "hooks"), filepath.Join(git, "config")}, Pinned: []string{git}}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if len(c.p.ReadOnly) > 0 && !Probe().MountNS {
+				b.Skip(Probe().NoMountNS)
+			}
+			for b.Loop() {
+				d, err := New(c.p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				d.Close()
+			}
+		})
 	}
 }
 
@@ -42,6 +68,27 @@ func BenchmarkStart(b *testing.B) {
 	})
 	b.Run("domain", func(b *testing.B) {
 		d, err := New(Policy{Writable: []string{ws}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer d.Close()
+		for b.Loop() {
+			var err error
+			d.Do(func() { err = exec.Command("/bin/true").Run() })
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("protected", func(b *testing.B) {
+		if !Probe().MountNS {
+			b.Skip(Probe().NoMountNS)
+		}
+		ro := filepath.Join(ws, "ro")
+		if err := os.MkdirAll(ro, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		d, err := New(Policy{Writable: []string{ws}, ReadOnly: []string{ro}})
 		if err != nil {
 			b.Fatal(err)
 		}

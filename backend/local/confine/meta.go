@@ -66,7 +66,10 @@ const maxXattrValue = 64 << 10
 //
 // The caller's path is resolved once, here, into a descriptor (O_PATH) of
 // the file; the check and the change both use that descriptor, so no
-// rename or symlink swap between them can redirect the change.
+// rename or symlink swap between them can redirect the change. It is
+// resolved as the caller sees it (through /proc/PID/root, cwd or fd), so
+// the descriptor carries the caller's mount: a change to a file the
+// Domain's mount namespace keeps read-only fails with EROFS.
 func (s *supervisor) meta(req *seccompNotif, m metaCall) unix.Errno {
 	pid := int(req.Pid)
 	args := req.Data.Args
@@ -220,7 +223,19 @@ func (s *supervisor) object(req *seccompNotif, m metaCall) (int, unix.Errno) {
 		oflags = unix.O_NOFOLLOW
 	}
 	if filepath.IsAbs(name) {
-		return open(name, oflags)
+		// From the caller's root, in the caller's mount namespace:
+		// the supervisor's own would show a Policy.ReadOnly path
+		// writable.
+		root, e := open("/proc/"+pid+"/root", 0)
+		if e != 0 {
+			return -1, e
+		}
+		defer unix.Close(root)
+		fd, err := unix.Openat2(root, name, &unix.OpenHow{Flags: uint64(oflags | unix.O_PATH | unix.O_CLOEXEC), Resolve: unix.RESOLVE_IN_ROOT})
+		if err != nil {
+			return -1, errnoOf(err)
+		}
+		return fd, 0
 	}
 	dir, e := open(base, 0)
 	if e != 0 {

@@ -22,18 +22,31 @@
 //     writable tree by walking up its directories, and makes the change on
 //     that descriptor. No set-user-ID or set-group-ID file is made, and
 //     only user.* attributes and ACLs are set.
+//   - Read-only paths inside the writable trees (Policy.ReadOnly, a mount
+//     namespace of the Domain's thread; see mounts.go): Landlock only
+//     grants, so berth's own settings or a repository's hooks inside the
+//     workspace are bound read-only onto themselves there, and the
+//     directories down to them (and Policy.Pinned) onto themselves, so
+//     nothing on the way can be renamed away and replaced. It needs
+//     CAP_SYS_ADMIN (Support.MountNS).
 //   - Signals (Landlock scopes, ABI 6, Linux 6.12): kill, SIGIO and ptrace
 //     reach only processes of the same domain, so `kill -9 -1` ends the
 //     environment's own processes and nothing else. Abstract unix sockets
 //     outside the domain cannot be connected to either. The Domain's own
 //     thread belongs to the domain but also to berth; the filter refuses
 //     every call that would signal, trace or limit berth through it.
+//   - Scheduling (seccomp): Landlock does not scope setpriority,
+//     ioprio_set or the sched_set* calls; the filter allows them on the
+//     caller itself only, so berth and the user's other processes cannot
+//     be reniced, made SCHED_IDLE or pinned to one CPU.
 //   - Unix sockets (seccomp): a unix socket is how a process asks a daemon
 //     outside to act for it (the Docker daemon, the user's D-Bus session
 //     bus and through it systemd, tmux and ssh control sockets, berth's own
 //     daemon) — each a way to write outside the workspace however the
 //     command is spelled. Creating AF_UNIX sockets is refused unless
-//     Policy.UnixSockets; socketpair(2) works. On Landlock ABI 9 the kernel
+//     Policy.UnixSockets; socketpair(2) works for stream and seqpacket
+//     sockets, not datagram ones (which sendto(2) any pathname socket).
+//     On Landlock ABI 9 the kernel
 //     restricts connecting to pathname sockets itself, and sockets under
 //     the writable trees are then allowed.
 //   - Network (Policy.Network): NetworkNone refuses every socket but unix
@@ -71,8 +84,10 @@
 // each other (a timeout's kill helper reaches the command's tree).
 //
 // Measured on the 2-core test machine (heavily loaded; see BenchmarkNew,
-// BenchmarkStart and BenchmarkChmod): confining costs about 4 ms once per
-// environment; a start from the Domain costs what a plain fork/exec costs;
+// BenchmarkStart and BenchmarkChmod): confining costs about 1-4 ms once per
+// environment, a mount namespace with read-only paths a few tenths of a
+// millisecond more; a start from the Domain costs what a plain fork/exec
+// costs, in a mount namespace too;
 // a metadata call pays a round trip to the supervisor (tenths of a
 // millisecond); other system calls pay nothing, since the kernel caches the
 // filter's verdict for every call whose verdict does not depend on its
@@ -135,6 +150,28 @@ type Policy struct {
 	// and through a daemon listening there act outside the domain. It
 	// cannot be combined with NetworkLoopback.
 	UnixSockets bool
+	// ReadOnly are files and directories inside the writable trees that
+	// stay read-only all the same (berth's own configuration, a
+	// repository's hooks), however a command names them. They must exist
+	// and be named without symbolic links. Landlock only grants, so the
+	// Domain's thread gets a mount namespace of its own in which each is
+	// bound read-only onto itself; each directory between it and its
+	// writable tree is bound onto itself too (writable), and the kernel
+	// refuses to rename or remove a mount point (EBUSY), so no directory
+	// on the way can be moved aside and replaced. The processes cannot
+	// change these mounts: they have no CAP_SYS_ADMIN, and Landlock
+	// refuses mount(2), umount(2) and pivot_root(2) to them even inside a
+	// user namespace of their own. A path outside every writable tree is
+	// read-only already and needs nothing. It needs Support.MountNS.
+	ReadOnly []string
+	// Pinned are directories inside the writable trees that stay where
+	// they are, writable: each, and each directory between it and its
+	// writable tree, is bound onto itself as for ReadOnly, so it cannot be
+	// renamed, removed and replaced by another (a repository's .git,
+	// whose hooks and config are ReadOnly). A rename or hard link from a
+	// pinned directory to outside it fails with EXDEV (tools fall back to
+	// copying). It needs Support.MountNS.
+	Pinned []string
 	// Partial enforces what this kernel can when it cannot enforce all of
 	// the policy, instead of failing; Enforced says what that is.
 	Partial bool
@@ -152,9 +189,15 @@ type Enforced struct {
 	Signals bool
 	// Network is the IP networking they are held to (NetworkAll: none).
 	Network Network
-	// UnixSockets says whether they can reach unix sockets outside the
-	// writable trees.
-	UnixSockets bool
+	// UnixConfined is true when they cannot reach unix sockets outside
+	// the writable trees (the filter refuses creating them, or Landlock
+	// ABI 9 confines connecting to them by path): no daemon listening on
+	// one can act for them.
+	UnixConfined bool
+	// ReadOnly are the Policy's ReadOnly paths that lie inside the
+	// writable trees, each under every name of its tree that Writable
+	// lists: what the kernel keeps read-only although a tree holds it.
+	ReadOnly []string
 	// ABI is the Landlock ABI version used, 0 when Landlock is absent.
 	ABI int
 	// Missing lists what the policy asked for that this kernel does not
@@ -217,7 +260,16 @@ func newDomain(p Policy, sup Support, launch func(func())) (*Domain, error) {
 	if err != nil {
 		return nil, err
 	}
+	var prot protection
+	if len(p.ReadOnly)+len(p.Pinned) > 0 {
+		if prot, err = planMounts(p.Writable, p.ReadOnly, p.Pinned); err != nil {
+			return nil, err
+		}
+	}
 	pl := sup.plan(p)
+	if !pl.mountNS {
+		prot = protection{}
+	}
 	if len(pl.missing) > 0 && !p.Partial {
 		return nil, &UnsupportedError{Missing: pl.missing}
 	}
@@ -243,7 +295,7 @@ func newDomain(p Policy, sup Support, launch func(func())) (*Domain, error) {
 		gone: make(chan struct{}),
 	}
 	ready := make(chan threadResult, 1)
-	launch(func() { d.thread(pl, rulesetFD, rulesetFlags, ready) })
+	launch(func() { d.thread(pl, prot.targets, rulesetFD, rulesetFlags, ready) })
 	r := <-ready
 	if r.err != nil {
 		return nil, r.err
@@ -257,11 +309,12 @@ func newDomain(p Policy, sup Support, launch func(func())) (*Domain, error) {
 		d.sup = s
 	}
 	d.enforced = Enforced{
-		Signals:     pl.signals,
-		Network:     pl.network,
-		UnixSockets: pl.unixConfined,
-		ABI:         pl.abi,
-		Missing:     pl.missing,
+		Signals:      pl.signals,
+		Network:      pl.network,
+		UnixConfined: pl.unixConfined,
+		ReadOnly:     prot.readOnly,
+		ABI:          pl.abi,
+		Missing:      pl.missing,
 	}
 	if pl.writes {
 		d.enforced.Writable = trees
@@ -274,6 +327,7 @@ func (d *Domain) Enforced() Enforced {
 	e := d.enforced
 	e.Writable = slices.Clone(e.Writable)
 	e.Missing = slices.Clone(e.Missing)
+	e.ReadOnly = slices.Clone(e.ReadOnly)
 	return e
 }
 
@@ -320,7 +374,7 @@ type threadResult struct {
 // than the main one, restricts it, and runs the Domain's requests there
 // until Close. It never unlocks the thread, so the Go runtime ends the
 // thread when the goroutine returns.
-func (d *Domain) thread(pl plan, rulesetFD int, rulesetFlags uint32, ready chan<- threadResult) {
+func (d *Domain) thread(pl plan, mounts []mountTarget, rulesetFD int, rulesetFlags uint32, ready chan<- threadResult) {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
 		// The main thread's id is the process's: confining it would put
@@ -332,21 +386,29 @@ func (d *Domain) thread(pl plan, rulesetFD int, rulesetFlags uint32, ready chan<
 		go func() {
 			runtime.LockOSThread()
 			close(moved)
-			d.restricted(pl, rulesetFD, rulesetFlags, ready)
+			d.restricted(pl, mounts, rulesetFD, rulesetFlags, ready)
 		}()
 		<-moved
 		runtime.UnlockOSThread()
 		return
 	}
-	d.restricted(pl, rulesetFD, rulesetFlags, ready)
+	d.restricted(pl, mounts, rulesetFD, rulesetFlags, ready)
 }
 
 // restricted restricts the locked calling thread and serves requests.
-func (d *Domain) restricted(pl plan, rulesetFD int, rulesetFlags uint32, ready chan<- threadResult) {
+func (d *Domain) restricted(pl plan, mounts []mountTarget, rulesetFD int, rulesetFlags uint32, ready chan<- threadResult) {
 	defer close(d.gone)
 	if unix.Gettid() == unix.Getpid() {
 		ready <- threadResult{-1, errors.New("confine: the domain's thread is the main thread")}
 		return
+	}
+	// The mount namespace first: making it needs the capabilities the
+	// next step drops.
+	if len(mounts) > 0 {
+		if err := enterMountNamespace(mounts); err != nil {
+			ready <- threadResult{-1, err}
+			return
+		}
 	}
 	var filter []unix.SockFilter
 	if pl.seccomp {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
 	"github.com/a55dbaac/berth/internal/testenv"
@@ -666,5 +667,465 @@ func TestBadPolicies(t *testing.T) {
 		if _, err := New(p); err == nil {
 			t.Errorf("%+v accepted", p)
 		}
+	}
+}
+
+// TestUnixDatagramsStayInside is R5 of the 2026-11-28 review: a datagram
+// socket of a socketpair reached a pathname socket outside (journald's,
+// a user daemon's) with sendto(2), and with connect(2) under network all.
+// No unix datagram socket can be made in the domain now.
+func TestUnixDatagramsStayInside(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "dgram.sock")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	script := py + ` -c '
+import socket
+for kind in ("SOCK_DGRAM", "SOCK_RAW"):
+    try:
+        a, b = socket.socketpair(socket.AF_UNIX, getattr(socket, kind))
+    except PermissionError:
+        print(kind, "refused")
+        continue
+    try:
+        a.sendto(b"sendto", "` + path + `")
+        print(kind, "sendto reached")
+    except OSError as e:
+        print(kind, "sendto", e)
+    try:
+        a.connect("` + path + `")
+        a.send(b"connect")
+        print(kind, "connect reached")
+    except OSError as e:
+        print(kind, "connect", e)
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+a.send(b"s"); print("seqpacket", b.recv(1).decode())
+'`
+	for _, network := range []Network{NetworkAll, NetworkLoopback} {
+		d := newTestDomain(t, Policy{Writable: []string{t.TempDir()}, Network: network})
+		msg, code := sh(t, d, script)
+		if code != 0 || msg != "SOCK_DGRAM refused\nSOCK_RAW refused\nseqpacket s" {
+			t.Errorf("network %s: exit %d:\n%s", network, code, msg)
+		}
+		// A datagram is queued at the receiver before sendto returns.
+		ln.SetReadDeadline(time.Now())
+		buf := make([]byte, 64)
+		if n, _, err := ln.ReadFrom(buf); err == nil {
+			t.Errorf("network %s: the socket outside received %q", network, buf[:n])
+		}
+	}
+}
+
+// otherUID is the user the tests that must run as someone other than root
+// use: a uid no account has, so that renicing "every process of the user"
+// on a broken build reaches only the test's own processes.
+const otherUID = 61234
+
+// helperVar names the helper test a test binary run by asUser executes.
+const helperVar = "CONFINE_TEST_HELPER"
+
+// asUser runs the test named helper in a copy of this test binary as
+// otherUID, with env, and returns its output. It needs root; the copy and
+// dir (made writable by otherUID) are removed afterwards.
+func asUser(t *testing.T, helper string, env ...string) (string, error) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a helper as another user")
+	}
+	if ps, _ := filepath.Glob("/proc/[0-9]*"); ps != nil {
+		for _, p := range ps {
+			var st unix.Stat_t
+			if unix.Stat(p, &st) == nil && st.Uid == otherUID {
+				t.Skipf("a process of uid %d runs on this machine: not touching it", otherUID)
+			}
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.MkdirTemp("", "confine-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(bin) })
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	copyExe := filepath.Join(bin, "confine.test")
+	if b, err := os.ReadFile(exe); err != nil || os.WriteFile(copyExe, b, 0o755) != nil {
+		t.Fatalf("copy the test binary: %v", err)
+	}
+	cmd := exec.Command(copyExe, "-test.run=^"+helper+"$", "-test.v", "-test.count=1")
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), append(env, helperVar+"="+helper, "HOME=/")...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUID, Gid: otherUID}}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// isHelper says whether this process is asUser's helper for the test
+// running; a helper test returns at once otherwise.
+func isHelper(t *testing.T) bool {
+	return os.Getenv(helperVar) == t.Name()
+}
+
+// TestSchedulingStaysInside is R6 of the 2026-11-28 review: as a user
+// without privileges, a command in the domain made berth SCHED_IDLE on
+// every thread, pinned it to one CPU, reniced it and every process of the
+// user (PRIO_USER), and gave it the idle I/O class. It runs as otherUID,
+// berth being the helper process.
+func TestSchedulingStaysInside(t *testing.T) {
+	requireKernel(t)
+	need(t, "/usr/bin/python3") // one otherUID can execute
+	out, err := asUser(t, "TestSchedulingHelper")
+	if err != nil || !strings.Contains(out, "--- PASS: TestSchedulingHelper") {
+		t.Fatalf("as uid %d: %v\n%s", otherUID, err, out)
+	}
+}
+
+func TestSchedulingHelper(t *testing.T) {
+	if !isHelper(t) {
+		t.Skip("run by TestSchedulingStaysInside")
+	}
+	outside := startOutside(t)
+	d := newTestDomain(t, Policy{Writable: []string{t.TempDir()}})
+	before := schedState(t, os.Getpid(), outside.Process.Pid)
+	msg, code := sh(t, d, `/usr/bin/python3 -c '
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+berth, outside, uid = os.getppid(), `+strconv.Itoa(outside.Process.Pid)+`, os.getuid()
+tids = [int(t) for t in os.listdir("/proc/%d/task" % berth)]
+ioprio_set, sched_setattr = {"x86_64": (251, 314), "aarch64": (30, 274)}[os.uname().machine]
+idle = (3 << 13)
+attr = (ctypes.c_uint32 * 14)(56, os.SCHED_IDLE)
+def call(*args):
+    if libc.syscall(*args) != 0:
+        raise OSError(ctypes.get_errno(), "refused")
+def reached(how, f):
+    try:
+        f()
+        print(how, "reached")
+    except OSError:
+        pass
+for p in tids + [outside]:
+    reached("sched_setscheduler %d" % p, lambda: os.sched_setscheduler(p, os.SCHED_IDLE, os.sched_param(0)))
+    reached("sched_setattr %d" % p, lambda: call(sched_setattr, p, attr, 0))
+    reached("sched_setaffinity %d" % p, lambda: os.sched_setaffinity(p, {0}))
+    reached("sched_setparam %d" % p, lambda: os.sched_setparam(p, os.sched_param(0)))
+    reached("setpriority %d" % p, lambda: os.setpriority(os.PRIO_PROCESS, p, 19))
+    reached("ioprio_set %d" % p, lambda: call(ioprio_set, 1, p, idle))
+reached("setpriority PRIO_USER", lambda: os.setpriority(os.PRIO_USER, uid, 19))
+reached("setpriority PRIO_PGRP", lambda: os.setpriority(os.PRIO_PGRP, os.getpgid(outside), 19))
+reached("ioprio_set IOPRIO_WHO_USER", lambda: call(ioprio_set, 3, uid, idle))
+# Its own scheduling is its own.
+os.setpriority(os.PRIO_PROCESS, 0, 5)
+os.sched_setaffinity(0, os.sched_getaffinity(0))
+call(ioprio_set, 1, 0, idle)
+os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+print("done", len(tids), os.getpriority(os.PRIO_PROCESS, 0))'`)
+	t.Logf("in the domain: exit %d: %s", code, msg)
+	if code != 0 || strings.Contains(msg, "reached") || !strings.HasPrefix(msg, "done ") || !strings.HasSuffix(msg, " 5") {
+		t.Errorf("exit %d:\n%s", code, msg)
+	}
+	// Threads the runtime made meanwhile start with defaults; those that
+	// were there must be as they were.
+	after := schedState(t, os.Getpid(), outside.Process.Pid)
+	for tid, was := range before {
+		if now, ok := after[tid]; ok && now != was {
+			t.Errorf("scheduling of thread %d outside the domain changed: %s, was %s", tid, now, was)
+		}
+	}
+}
+
+// schedState describes the scheduling of every thread of the processes:
+// nice value, policy, CPU affinity and I/O priority, by thread id.
+func schedState(t *testing.T, pids ...int) map[int]string {
+	t.Helper()
+	out := map[int]string{}
+	for _, pid := range pids {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range tasks {
+			tid, _ := strconv.Atoi(e.Name())
+			nice, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+			if err != nil {
+				continue // the thread ended
+			}
+			policy, _, _ := unix.Syscall(unix.SYS_SCHED_GETSCHEDULER, uintptr(tid), 0, 0)
+			var set unix.CPUSet
+			unix.SchedGetaffinity(tid, &set)
+			io, _, _ := unix.Syscall(unix.SYS_IOPRIO_GET, ioprioWhoProcess, uintptr(tid), 0)
+			out[tid] = fmt.Sprintf("nice=%d,policy=%d,cpus=%d,io=%#x", nice, policy, set.Count(), io)
+		}
+	}
+	return out
+}
+
+// requireMountNS skips where a Domain cannot have a mount namespace (berth
+// not root), and fails in CI, which runs as root.
+func requireMountNS(t *testing.T) {
+	t.Helper()
+	requireKernel(t)
+	if s := Probe(); !s.MountNS {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no mount namespace for a domain (CI is set: not skipping): %s", s.NoMountNS)
+		}
+		t.Skipf("no mount namespace for a domain: %s", s.NoMountNS)
+	}
+}
+
+// snapshot describes every file under dir: name, mode, owner, times and
+// content, so that any change shows.
+func snapshot(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		fmt.Fprintf(&b, "%s %v %d:%d %d", p, fi.Mode(), st.Uid, st.Gid, fi.ModTime().UnixNano())
+		if fi.Mode().IsRegular() {
+			c, _ := os.ReadFile(p)
+			fmt.Fprintf(&b, " %q", c)
+		}
+		if x, err := unix.Lgetxattr(p, "user.x", make([]byte, 16)); err == nil {
+			fmt.Fprintf(&b, " xattr %d", x)
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// refused fails unless the command failed with one of the kernel's
+// refusals and printed no ESCAPED.
+func refused(t *testing.T, cmd, msg string, code int) {
+	t.Helper()
+	if code == 0 || strings.Contains(msg, "ESCAPED") {
+		t.Errorf("%s: exit %d, %q: it got through", cmd, code, msg)
+		return
+	}
+	// "must be superuser" is how mount(8) and umount(8) say EPERM;
+	// umount(2) of a mount locked into a user namespace is EINVAL.
+	for _, e := range []string{"Read-only file system", "Device or resource busy", "Invalid cross-device link", "ermission denied", "Operation not permitted", "must be superuser", "Invalid argument"} {
+		if strings.Contains(msg, e) {
+			return
+		}
+	}
+	t.Errorf("%s: exit %d, %q: no refusal by the kernel", cmd, code, msg)
+}
+
+// TestReadOnlyInsideTheTrees attacks Policy.ReadOnly and Pinned: a
+// directory and a file inside the writable tree stay read-only, and
+// neither they nor a directory above them can be moved aside and
+// replaced, however a command goes about it; the rest of the tree stays
+// writable.
+func TestReadOnlyInsideTheTrees(t *testing.T) {
+	py := python(t)
+	requireMountNS(t)
+	ws := t.TempDir()
+	ro, file, pin := filepath.Join(ws, "a", "b", "ro"), filepath.Join(ws, "f"), filepath.Join(ws, "pin")
+	for _, d := range []string{ro, pin} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{filepath.Join(ro, "config"), file, filepath.Join(pin, "kept")} {
+		if err := os.WriteFile(f, []byte("precious\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outside := startOutside(t)
+	d := newTestDomain(t, Policy{Writable: []string{ws}, ReadOnly: []string{ro, file}, Pinned: []string{pin}})
+	if got, want := d.Enforced().ReadOnly, []string{ro, file}; !slices.Equal(got, want) && !slices.Equal(got, []string{file, ro}) {
+		t.Fatalf("Enforced().ReadOnly = %q, want %q", got, want)
+	}
+	before := snapshot(t, ws)
+	var pinSt unix.Stat_t
+	if err := unix.Lstat(pin, &pinSt); err != nil {
+		t.Fatal(err)
+	}
+	pinIno := pinSt.Ino
+	cfg := ro + "/config"
+	for _, c := range []string{
+		"echo x >> " + cfg + " && echo ESCAPED",
+		"echo x > " + ro + "/new && echo ESCAPED",
+		"echo x >> " + file + " && echo ESCAPED",
+		"rm -rf " + ro + " && echo ESCAPED",
+		"rm -f " + file + " && echo ESCAPED",
+		"mv " + ro + " " + ws + "/moved && echo ESCAPED",
+		"mv " + ws + "/a " + ws + "/moved && echo ESCAPED",
+		"mv " + ws + "/a/b " + ws + "/a/c && echo ESCAPED",
+		"mv " + pin + " " + ws + "/moved && echo ESCAPED",
+		"rmdir " + pin + " 2>&1; rm -rf " + pin + " && echo ESCAPED",
+		"echo x > " + ws + "/new && mv -f " + ws + "/new " + cfg + " && echo ESCAPED",
+		"echo x > " + ws + "/new && mv -f " + ws + "/new " + file + " && echo ESCAPED",
+		py + ` -c 'import os; open("` + ws + `/n2", "w").write("x"); os.rename("` + ws + `/n2", "` + cfg + `")' && echo ESCAPED`,
+		"cp -l " + cfg + " " + ws + "/hard && echo x >> " + ws + "/hard && echo ESCAPED",
+		"ln -s " + ro + " " + ws + "/link && echo x >> " + ws + "/link/config && echo ESCAPED",
+		"cd " + ws + " && CDPATH=" + ws + "/a/b cd ro && echo x >> config && echo ESCAPED",
+		"OLDPWD=" + ro + "; cd - && echo x >> config && echo ESCAPED",
+		py + ` -c 'open("` + cfg + `", "a").write("x")' && echo ESCAPED`,
+		"chmod 777 " + cfg + " && echo ESCAPED",
+		"chmod 777 " + file + " && echo ESCAPED",
+		"chown 1:1 " + cfg + " && echo ESCAPED",
+		"touch -d 2001-01-01 " + cfg + " && echo ESCAPED",
+		py + ` -c 'import os; os.setxattr("` + cfg + `", "user.x", b"1")' && echo ESCAPED`,
+		"cd " + ro + " && chmod 777 config && echo ESCAPED",
+		"truncate -s 0 " + cfg + " && echo ESCAPED",
+		// The mount topology: no capability, and Landlock refuses
+		// mount(2) and umount(2) even in a user namespace of one's own.
+		"umount -l " + ro + " && echo ESCAPED",
+		"mount -o remount,rw,bind " + ro + " && echo ESCAPED",
+		"unshare -Um --propagation unchanged sh -c 'umount -l " + ro + " && echo x >> " + cfg + "' && echo ESCAPED",
+		"unshare -Um --propagation unchanged sh -c 'mount -o remount,rw,bind " + ro + " && echo x >> " + cfg + "' && echo ESCAPED",
+		"unshare -Um --propagation unchanged sh -c 'mount --bind " + ws + "/a " + ro + "' && echo ESCAPED",
+		"unshare -Urm sh -c 'umount -l " + ro + "' && echo ESCAPED",
+		py + ` -c '
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def check(r):
+    if r != 0: raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+check(libc.unshare(0x10000000 | 0x20000))
+check(libc.umount2(b"` + ro + `", 2))
+open("` + cfg + `", "a").write("x")' && echo ESCAPED`,
+		// Another process's view: berth's threads and processes
+		// outside are out of reach (Landlock's ptrace rule).
+		"echo x >> /proc/" + strconv.Itoa(outside.Process.Pid) + "/root" + cfg + " && echo ESCAPED",
+		"echo x >> /proc/" + strconv.Itoa(os.Getpid()) + "/root" + cfg + " && echo ESCAPED",
+		"echo x >> /proc/1/root" + cfg + " && echo ESCAPED",
+		"echo x >> /proc/self/root" + cfg + " && echo ESCAPED",
+		// A process left running in the background.
+		"(sleep 0.2; echo x >> " + cfg + " && echo ESCAPED) & wait $!",
+	} {
+		msg, code := sh(t, d, c)
+		refused(t, c, msg, code)
+		after := snapshot(t, ws)
+		// What a refused mv or cp -l leaves in the tree's free part is
+		// its own business; the protected paths must be unchanged, and
+		// the pinned directory (whose content is writable) where it was.
+		for _, p := range []string{ro, file} {
+			if !strings.Contains(after, snapshotOf(before, p)) {
+				t.Fatalf("after %s:\n%s\nchanged:\n%s\nwas:\n%s", c, p, snapshotOf(after, p), snapshotOf(before, p))
+			}
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(pin, &st); err != nil || st.Ino != pinIno {
+			t.Fatalf("after %s: the pinned directory %s was replaced (%v)", c, pin, err)
+		}
+	}
+	// The rest of the tree is the commands' own, inside the pinned
+	// directory too.
+	if msg, code := sh(t, d, fmt.Sprintf("cd %[1]s && echo y > a/own && mv a/own a/b/own && echo y > %[2]s/new && mv %[2]s/new %[2]s/renamed && mkdir %[2]s/sub && rm -r %[2]s/sub a/b/own", ws, pin)); code != 0 {
+		t.Fatalf("inside the tree: exit %d: %s", code, msg)
+	}
+}
+
+// snapshotOf returns the lines of a snapshot about p and below.
+func snapshotOf(snap, p string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(snap, "\n") {
+		if strings.HasPrefix(l, p+" ") || strings.HasPrefix(l, p+"/") {
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}
+
+// TestReadOnlyNeedsAMountNamespace is the same policy made by a user
+// without privileges: no mount namespace can be had (a thread of a
+// multi-threaded process cannot make a user namespace), and New says so.
+func TestReadOnlyNeedsAMountNamespace(t *testing.T) {
+	requireKernel(t)
+	out, err := asUser(t, "TestReadOnlyHelper")
+	if err != nil || !strings.Contains(out, "--- PASS: TestReadOnlyHelper") {
+		t.Fatalf("as uid %d: %v\n%s", otherUID, err, out)
+	}
+}
+
+func TestReadOnlyHelper(t *testing.T) {
+	if !isHelper(t) {
+		t.Skip("run by TestReadOnlyNeedsAMountNamespace")
+	}
+	s := Probe()
+	if s.MountNS || !strings.Contains(s.NoMountNS, "CAP_SYS_ADMIN") {
+		t.Fatalf("Probe: MountNS %v, %q", s.MountNS, s.NoMountNS)
+	}
+	ws := t.TempDir()
+	ro := filepath.Join(ws, "ro")
+	if err := os.Mkdir(ro, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New(Policy{Writable: []string{ws}, ReadOnly: []string{ro}})
+	var u *UnsupportedError
+	if !errors.As(err, &u) || !strings.Contains(err.Error(), "mount namespace") {
+		t.Fatalf("New: %v; want an UnsupportedError naming the mount namespace", err)
+	}
+	// Partial enforces the rest, and says what it does not.
+	d, err := New(Policy{Writable: []string{ws}, ReadOnly: []string{ro}, Partial: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if e := d.Enforced(); len(e.ReadOnly) != 0 || len(e.Missing) != 1 {
+		t.Fatalf("partial: %+v", e)
+	}
+}
+
+// TestLandlockForbidsMountChanges checks, on this kernel, the claim
+// Policy.ReadOnly rests on beside the dropped capabilities: a thread under
+// a Landlock ruleset cannot mount, unmount or remount, even holding
+// CAP_SYS_ADMIN. It runs on a thread thrown away afterwards.
+func TestLandlockForbidsMountChanges(t *testing.T) {
+	requireMountNS(t)
+	ws := t.TempDir()
+	for _, d := range []string{"ro", "other"} {
+		if err := os.Mkdir(filepath.Join(ws, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pl := Probe().plan(Policy{})
+	var errs []string
+	onThrowawayThread(func() {
+		ro := filepath.Join(ws, "ro")
+		if err := enterMountNamespace([]mountTarget{{path: ro, readOnly: true}}); err != nil {
+			errs = append(errs, "set up: "+err.Error())
+			return
+		}
+		fd, flags, err := pl.ruleset([]string{ws})
+		if err != nil {
+			errs = append(errs, "ruleset: "+err.Error())
+			return
+		}
+		defer unix.Close(fd)
+		// Capabilities are kept: only Landlock stands in the way.
+		if err := ll.LandlockRestrictSelf(fd, flags); err != nil {
+			errs = append(errs, "landlock_restrict_self: "+err.Error())
+			return
+		}
+		try := func(what string, err error) {
+			if !errors.Is(err, unix.EPERM) {
+				errs = append(errs, fmt.Sprintf("%s: %v, want EPERM", what, err))
+			}
+		}
+		try("umount", unix.Unmount(ro, unix.MNT_DETACH))
+		try("remount rw", unix.Mount("", ro, "", unix.MS_REMOUNT|unix.MS_BIND, ""))
+		try("bind over", unix.Mount(filepath.Join(ws, "other"), ro, "", unix.MS_BIND, ""))
+		try("tmpfs over", unix.Mount("none", ro, "tmpfs", 0, ""))
+		try("make private", unix.Mount("", ro, "", unix.MS_PRIVATE, ""))
+	})
+	for _, e := range errs {
+		t.Error(e)
 	}
 }

@@ -48,6 +48,10 @@ const (
 	fsIocFssetxattr = 0x401c5820
 )
 
+// ioprioWhoProcess is the kernel's IOPRIO_WHO_PROCESS: ioprio_set's
+// target is one process (2 is a process group, 3 a user).
+const ioprioWhoProcess = 1
+
 // Offsets in struct seccomp_data (little-endian: an argument's low 32
 // bits come first).
 const (
@@ -110,7 +114,7 @@ type self struct{ pid, tid int }
 // a 64-bit kernel) kills the process: its numbers mean other calls.
 //
 // Besides f's rules it keeps the Domain's processes away from berth
-// itself. Landlock lets them signal the members of their domain, and the
+// itself, and from the scheduling of every process outside the domain. Landlock lets them signal the members of their domain, and the
 // Domain's thread is one, although it belongs to berth: a signal sent to
 // that thread's id (kill, tkill, sigqueue, a pidfd or /proc/TID as pidfd,
 // SIGIO ownership) would be a signal to berth, and a fatal one ends it.
@@ -119,6 +123,24 @@ type self struct{ pid, tid int }
 // missing (refusedCalls; callers fall back to kill). Tracing berth is refused by the
 // kernel already (berth is not dumpable), and here too. prlimit64 on
 // another process (an RLIMIT_CPU of 1 s is a kill) is refused.
+//
+// Landlock does not scope the scheduling calls either: a command running
+// as the user could make berth SCHED_IDLE, pin it to one CPU, renice it or
+// every process of the user (PRIO_USER), or give it the idle I/O class.
+// setpriority, ioprio_set, sched_setscheduler, sched_setparam,
+// sched_setattr and sched_setaffinity are allowed on the caller itself
+// (pid 0) only, and refused with EPERM for any other pid, process group
+// or user; the filter cannot tell a process of the domain from one
+// outside, so renicing one's own child by pid is refused too (nice, ionice,
+// chrt and taskset starting a command use pid 0 and work).
+//
+// Under unixDeny no unix datagram socket exists in the domain: a datagram
+// socket, even one of a socketpair, can sendto(2) (and connect(2)) any
+// pathname socket the user may write, such as journald's or a user
+// daemon's. socketpair(2) is allowed for SOCK_STREAM and SOCK_SEQPACKET
+// only (whose peers are fixed: connect gives EISCONN, an address given to
+// sendto is ignored); SOCK_DGRAM and SOCK_RAW (a datagram socket in
+// AF_UNIX) are refused with EACCES, as socket(AF_UNIX) is.
 func buildFilter(f filterSpec, me self) []unix.SockFilter {
 	allow := uint32(unix.SECCOMP_RET_ALLOW)
 	eperm := errno(unix.EPERM)
@@ -171,7 +193,36 @@ func buildFilter(f filterSpec, me self) []unix.SockFilter {
 		ifEq(unix.AF_INET6, inet),
 		ret(otherFamilies),
 	)
+	// socketpair(domain, type, protocol, sv)
+	socketpair := ret(allow)
+	if f.unix == unixDeny {
+		socketpair = cat(
+			[]unix.SockFilter{ldArg(0)},
+			ifEq(unix.AF_UNIX, cat(
+				[]unix.SockFilter{ldArg(1), {Code: andK, K: 0xf}},
+				ifEq(unix.SOCK_STREAM, ret(allow)),
+				ifEq(unix.SOCK_SEQPACKET, ret(allow)),
+				ret(errno(unix.EACCES)),
+			)),
+			ret(otherFamilies),
+		)
+	}
+	// selfOnly allows a call whose pid argument is 0 (the caller).
+	selfOnly := func(argi int) []unix.SockFilter {
+		return cat([]unix.SockFilter{ldArg(argi)}, ifEq(0, ret(allow)), ret(eperm))
+	}
+	// whoSelf allows setpriority and ioprio_set for (process, 0) only.
+	whoSelf := func(process uint32) []unix.SockFilter {
+		return cat([]unix.SockFilter{ldArg(0)}, ifEq(process, selfOnly(1)), ret(eperm))
+	}
 	prog = cat(prog,
+		onSyscall(unix.SYS_SOCKETPAIR, socketpair),
+		onSyscall(unix.SYS_SETPRIORITY, whoSelf(unix.PRIO_PROCESS)),
+		onSyscall(unix.SYS_IOPRIO_SET, whoSelf(ioprioWhoProcess)),
+		onSyscall(unix.SYS_SCHED_SETSCHEDULER, selfOnly(0)),
+		onSyscall(unix.SYS_SCHED_SETPARAM, selfOnly(0)),
+		onSyscall(unix.SYS_SCHED_SETATTR, selfOnly(0)),
+		onSyscall(unix.SYS_SCHED_SETAFFINITY, selfOnly(0)),
 		onSyscall(unix.SYS_KILL, notUs(0)),
 		onSyscall(unix.SYS_TKILL, notUs(0)),
 		onSyscall(unix.SYS_TGKILL, notUs(0)),
