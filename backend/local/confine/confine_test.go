@@ -781,7 +781,7 @@ func isHelper(t *testing.T) bool {
 // berth being the helper process.
 func TestSchedulingStaysInside(t *testing.T) {
 	requireKernel(t)
-	need(t, "/usr/bin/python3") // one otherUID can execute
+	testenv.Need(t, testenv.Landlock, testenv.Programs("/usr/bin/python3")) // one otherUID can execute
 	out, err := asUser(t, "TestSchedulingHelper")
 	if err != nil || !strings.Contains(out, "--- PASS: TestSchedulingHelper") {
 		t.Fatalf("as uid %d: %v\n%s", otherUID, err, out)
