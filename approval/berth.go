@@ -3,6 +3,8 @@ package approval
 import (
 	"path"
 	"strings"
+
+	"mvdan.cc/sh/v3/syntax"
 )
 
 // berthChecks are berth itself (the front and the engine) and Hermes: an
@@ -98,6 +100,14 @@ func berthVar(name string) bool {
 func (s *scanner) setsVar(name, seg string) {
 	if berthVar(name) {
 		s.add("berth-env", seg, name)
+	}
+}
+
+// setsVarAt is setsVar for the assignment n, shown as written (only read
+// when name is one of berth's).
+func (s *scanner) setsVarAt(name string, n syntax.Node) {
+	if berthVar(name) {
+		s.setsVar(name, clip(s.nodeText(n)))
 	}
 }
 

@@ -405,6 +405,9 @@ func FuzzCheck(f *testing.F) {
 	for _, tc := range checkCases {
 		f.Add(tc.cmd)
 	}
+	for _, cmd := range hostileShapes(2048) { // the reviews' shapes, small
+		f.Add(cmd)
+	}
 	f.Add(`$'\x` + "\x00")
 	f.Add(`kill -s`)
 	f.Add(`dd of=`)

@@ -74,14 +74,20 @@ func lookupCheck(name string) (check, bool) {
 // scannerRules are the rules the scanner reports itself, for every
 // command, rather than a program's checker: writes through redirections,
 // fork bombs, and what it cannot follow.
-var scannerRules = []string{"dynamic-command", "dynamic-unchecked", "unparsed", "too-deep", "fork-bomb", "disk-write", "sysrq",
+var scannerRules = []string{"dynamic-command", "dynamic-unchecked", "too-large", "unparsed", "too-deep", "fork-bomb", "disk-write", "sysrq",
 	"write-etc", "write-ssh", "write-shell-rc", "write-netrc", "write-dotenv", "write-berth-config", "berth-env"}
 
 // command checks one simple command.
 func (s *scanner) command(argv []arg, io ioInfo, redir string) {
-	if s.stopped && !s.wordByWord || len(argv) == 0 {
+	if s.stopped && !s.wordByWord || len(argv) == 0 || s.halted {
 		return
 	}
+	if s.cmdDepth >= maxCmdDepth {
+		s.large(fmt.Sprintf("commands run by commands (wrappers such as time, sudo, env, find -exec) nested more than %d deep", maxCmdDepth))
+		return
+	}
+	s.cmdDepth++
+	defer func() { s.cmdDepth-- }()
 	if !s.wordByWord {
 		s.steps++
 		if s.steps > maxCommands {
@@ -133,6 +139,9 @@ func (s *scanner) program(name string, args []arg, io ioInfo, seg, redir string)
 		}
 		if w.script != nil {
 			s.scriptArg(*w.script, seg)
+		}
+		if len(w.joined) > 0 {
+			s.scriptArg(s.joinArgs(w.joined), seg)
 		}
 		if len(w.inner) > 0 {
 			if w.xargs {

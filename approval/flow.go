@@ -236,7 +236,7 @@ func (s *scanner) mutualForkBombs() {
 	graph := map[string]map[string]*edge{}
 	calledIn := func(n syntax.Node) map[string]bool {
 		in := map[string]bool{}
-		syntax.Walk(n, func(m syntax.Node) bool {
+		s.visit(n, func(m syntax.Node) bool {
 			if c, ok := m.(*syntax.CallExpr); ok && len(c.Args) > 0 && s.funcs[c.Args[0].Lit()] != nil {
 				in[c.Args[0].Lit()] = true
 			}
@@ -253,7 +253,7 @@ func (s *scanner) mutualForkBombs() {
 			}
 			return out[callee]
 		}
-		syntax.Walk(fd.Body, func(n syntax.Node) bool {
+		s.visit(fd.Body, func(n syntax.Node) bool {
 			if budget--; budget < 0 {
 				return false
 			}

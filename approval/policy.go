@@ -313,6 +313,11 @@ func (v Verdict) Decision(p *Policy) *Decision {
 		return nil
 	case v.Action == Allow:
 		return newDecision(Allowed, v.By, v.Need, v.Pattern, "")
+	case v.Action == Block && v.By == ByFloor && hasTooLarge(v.Need):
+		f := tooLarge(v.Need)
+		return newDecision(Blocked, ByFloor, append([]Finding{f}, v.Need...), "", fmt.Sprintf(
+			"BLOCKED: %s is too large for berth to check (%s), so it does not run through berth as it is. Nothing was run. Write large data or long scripts with the file tools (write_file) and run a short command on them, or split the command into smaller ones.",
+			quoteCmd(v.Subject), f.Detail))
 	case v.Action == Block && v.By == ByFloor:
 		f := v.Need[0]
 		what := quoteCmd(v.Subject) + " is"
@@ -337,4 +342,20 @@ func (v Verdict) Decision(p *Policy) *Decision {
 // quoteCmd shows a command in a message.
 func quoteCmd(s string) string {
 	return "`" + clip(s) + "`"
+}
+
+// hasTooLarge reports whether a finding is too-large: the check did not
+// read the whole command.
+func hasTooLarge(fs []Finding) bool {
+	return tooLarge(fs).Rule.ID != ""
+}
+
+// tooLarge returns the too-large finding of fs, if any.
+func tooLarge(fs []Finding) Finding {
+	for _, f := range fs {
+		if f.Rule.ID == "too-large" {
+			return f
+		}
+	}
+	return Finding{}
 }

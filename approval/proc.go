@@ -135,7 +135,7 @@ func (s *scanner) listsAllPids(w *syntax.Word) bool {
 	if w == nil {
 		return false
 	}
-	syntax.Walk(w, func(n syntax.Node) bool {
+	s.visit(w, func(n syntax.Node) bool {
 		cs, ok := n.(*syntax.CmdSubst)
 		if !ok || found {
 			return !found

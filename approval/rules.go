@@ -50,6 +50,7 @@ var rules = []Rule{
 	{"kill-all", Floor, "kill with pid -1 (or killall5) signals every process the user may signal, the session and berth included"},
 	{"power", Floor, "shutting down, rebooting, halting or switching runlevel takes the whole machine away"},
 	{"dynamic-unchecked", Floor, "a command whose program is only known at run time (a function or alias an earlier call defined, $CMD), with more arguments than berth can check against the floor, might run anything the floor forbids"},
+	{"too-large", Floor, "a command too large or too intricate for berth to check whole (longer than 4 MiB, more than 64 Ki words and operators, wrappers nested more than 128 deep, or more checking than its size allows) might run anything the floor forbids"},
 	{"rm-recursive", Dangerous, "recursive removal deletes a whole tree, with no undo"},
 	{"xargs-rm", Dangerous, "rm fed by xargs deletes whatever names arrive on its input, which nobody has seen"},
 	{"find-delete", Dangerous, "find -delete or -exec rm deletes every file that matches, with no undo"},

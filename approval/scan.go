@@ -3,6 +3,7 @@ package approval
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"path"
 	"strconv"
 	"strings"
@@ -13,13 +14,33 @@ import (
 	"mvdan.cc/sh/v3/syntax"
 )
 
-// Limits that keep a hostile command from making the checker slow.
+// Limits that keep a hostile command from making the checker slow, deep
+// or large. The work of one check is linear in the length of the command:
+// past a budget the command is too-large (on the floor), never let through
+// unchecked.
 const (
-	maxDepth    = 6     // nested sh -c / eval / heredoc-to-shell levels
-	maxCands    = 32    // candidate values of one word
-	maxCommands = 20000 // simple commands examined per check
-	maxValueLen = 8192  // bytes of one candidate value
+	maxDepth      = 6     // nested sh -c / eval / heredoc-to-shell levels
+	maxCands      = 32    // candidate values of one word
+	maxCommands   = 20000 // simple commands examined per check
+	maxCmdDepth   = 128   // simple commands checked one inside another (wrappers, find -exec, xargs ...)
+	maxPieceWords = 4096  // words of one piece the fallback reads
 )
+
+// budget sets what a check of a command of n bytes and e words and
+// operators may spend: text parsed or read word by word (the command
+// itself, the text of sh -c and eval, heredocs fed to a shell), elements
+// parsed, nodes walked (function bodies are walked again where they are
+// called; fork bombs, fetches and pid lists look inside subtrees), and
+// bytes of values made by joining known parts. A value is never cut (a
+// script longer than any fixed cap would hide its end), and X=$X$X
+// doubling runs out of the budget at once. Every budget grows with the
+// command, from a floor no ordinary command comes near.
+func (s *scanner) budget(n, e int) {
+	s.textLeft = 3*n + 1<<20
+	s.elemsLeft = 3*e + 1<<16
+	s.nodesLeft = 16*e + 1<<18
+	s.valuesLeft = 4*n + 1<<20
+}
 
 // Finding is one rule that matched one simple command.
 type Finding struct {
@@ -150,6 +171,16 @@ type scanner struct {
 	cloned     int               // variables copied for couldRun's candidates
 	candWork   int               // arguments given to couldRun's candidates, over the check
 	callIFS    *cands            // IFS as the command being checked sees it, when it assigns it (IFS=: read ...)
+	// What the check may still spend (see the limits above); halted is
+	// set when one ran out: the command is too-large and nothing more is
+	// read.
+	cmdDepth   int
+	textLeft   int
+	elemsLeft  int
+	valuesLeft int
+	nodesLeft  int
+	halted     bool
+	pieceSeen  map[string]bool // pieces the fallback already read
 }
 
 // fdSource is what a descriptor opened with exec (exec 3<<<text, exec 3<
@@ -163,19 +194,75 @@ type fdSource struct {
 // command it contains (normalized).
 func scan(sc *shparse.Script, c Context) *scanner {
 	s := newScanner(c)
+	s.root = sc.Text
+	var se *shparse.SizeError
+	if errors.As(sc.Err, &se) {
+		s.large(se.Error()) // refused unread: nothing in it is looked at
+		return s
+	}
+	s.budget(len(sc.Text)+len(c.Prelude), shparse.Measure(sc.Text).Elements+shparse.Measure(c.Prelude).Elements)
 	if c.Prelude != "" {
 		// What ran before in the same shell: its variables, functions,
 		// aliases, cd and set -- hold for the command; its findings were
 		// decided when it ran.
-		if f, err := shparse.Parse(c.Prelude); err == nil {
+		if f, err := shparse.Parse(c.Prelude); err == nil && s.charge(c.Prelude, f) {
 			s.silent, s.text, s.depth = true, c.Prelude, 1
 			s.walk(f)
 			s.silent, s.depth, s.steps, s.stopped = false, 0, 0, false
 		}
 	}
-	s.root = sc.Text
-	s.parsed(sc.Text, sc.File, sc.Err, sc.Text)
+	if !s.halted && (sc.Err != nil || s.charge(sc.Text, sc.File)) {
+		s.parsed(sc.Text, sc.File, sc.Err, sc.Text)
+	}
 	return s
+}
+
+// charge spends the budgets of text and elements on a parsed text, and
+// reports whether there was enough; when not, the command is too-large.
+func (s *scanner) charge(text string, f *syntax.File) bool {
+	s.textLeft -= len(text)
+	if f != nil {
+		s.elemsLeft -= shparse.Measure(text).Elements
+	}
+	if s.textLeft < 0 || s.elemsLeft < 0 {
+		s.large("more shell text (nested sh -c, eval, heredocs fed to a shell) than berth checks for a command of this size")
+		return false
+	}
+	return true
+}
+
+// large stops the check: the command is too-large, on the floor.
+func (s *scanner) large(why string) {
+	if s.halted {
+		return
+	}
+	s.halted, s.stopped = true, true
+	s.findings = append(s.findings, Finding{Rule: mustRule("too-large"), Command: clip(s.root), Detail: why})
+}
+
+// visit walks the subtree under n for a check that looks inside it (fork
+// bombs, fetches, pid lists), as syntax.Walk does but without the f(nil)
+// calls, spending the budget of nodes: it stops when that runs out.
+func (s *scanner) visit(n syntax.Node, f func(syntax.Node) bool) {
+	syntax.Walk(n, func(m syntax.Node) bool {
+		if m == nil {
+			return true
+		}
+		if s.halted || !s.spend(1) {
+			return false
+		}
+		return f(m)
+	})
+}
+
+// spend spends n of the budget of nodes the subtree checks visit, and
+// reports whether there was enough.
+func (s *scanner) spend(n int) bool {
+	if s.nodesLeft -= n; s.nodesLeft < 0 {
+		s.large("more checking of nested constructs than berth does for a command of this size")
+		return false
+	}
+	return true
 }
 
 func newScanner(c Context) *scanner {
@@ -184,7 +271,9 @@ func newScanner(c Context) *scanner {
 		seen: map[string]bool{}, segSeen: map[string]bool{},
 		funcs: map[string]*syntax.FuncDecl{}, funcText: map[*syntax.FuncDecl]string{}, aliases: map[string]string{}, calling: map[string]bool{}, fds: map[string]fdSource{},
 		links: map[string]string{}, made: map[string]string{},
+		pieceSeen: map[string]bool{},
 	}
+	s.budget(0, 0)
 	if c.Cwd != "" && (path.IsAbs(c.Cwd) || c.Cwd == "~" || strings.HasPrefix(c.Cwd, "~/")) {
 		s.cwd = c.Cwd
 		if c.Home != "" && (s.cwd == "~" || strings.HasPrefix(s.cwd, "~/")) {
@@ -272,6 +361,9 @@ func (s *scanner) script(text, display string) {
 		return
 	}
 	f, err := shparse.Parse(text)
+	if err == nil && !s.charge(text, f) {
+		return
+	}
 	s.parsed(text, f, err, display)
 }
 
@@ -279,7 +371,11 @@ func (s *scanner) script(text, display string) {
 // reports why and checks it word by word.
 func (s *scanner) parsed(text string, f *syntax.File, err error, display string) {
 	var ne *shparse.NestingError
+	var se *shparse.SizeError
 	switch {
+	case errors.As(err, &se):
+		s.large(se.Error())
+		return
 	case errors.As(err, &ne):
 		s.add("too-deep", clip(display), err.Error())
 		s.fallback(text)
@@ -302,6 +398,15 @@ func (s *scanner) parsed(text string, f *syntax.File, err error, display string)
 
 // clip shortens text for a finding.
 func clip(s string) string {
+	if len(s) > 4*300 {
+		// Only the start is shown: reading more would make a finding of
+		// every node of a deep tree cost its whole text.
+		cut := 4 * 300
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > 300 {
 		cut := 300
@@ -324,6 +429,9 @@ type frame struct {
 func (s *scanner) walk(n syntax.Node) {
 	var stack []frame
 	syntax.Walk(n, func(n syntax.Node) bool {
+		if n != nil && (s.halted || !s.spend(1)) {
+			return false
+		}
 		if n == nil {
 			top := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
@@ -370,27 +478,26 @@ func (s *scanner) walk(n syntax.Node) {
 				s.setsVar(wi.Name.Value, "for "+wi.Name.Value)
 			}
 		case *syntax.DeclClause:
-			seg := clip(s.nodeText(n))
 			for _, as := range n.Args {
 				s.assign(as)
 				switch {
 				case as.Name != nil:
-					s.setsVar(as.Name.Value, seg)
+					s.setsVarAt(as.Name.Value, n)
 				case as.Value != nil:
-					s.setsVarWord(s.word(as.Value), seg)
+					s.setsVarWord(s.word(as.Value), clip(s.nodeText(n)))
 				}
 			}
 		case *syntax.ParamExp:
 			if n.Param != nil && n.Exp != nil && (n.Exp.Op == syntax.AssignUnset || n.Exp.Op == syntax.AssignUnsetOrNull) {
-				s.setsVar(n.Param.Value, clip(s.nodeText(n)))
+				s.setsVarAt(n.Param.Value, n)
 			}
 		case *syntax.BinaryArithm:
 			if w, ok := n.X.(*syntax.Word); ok && isArithAssign(n.Op) {
-				s.setsVar(w.Lit(), clip(s.nodeText(n)))
+				s.setsVarAt(w.Lit(), n)
 			}
 		case *syntax.UnaryArithm:
 			if w, ok := n.X.(*syntax.Word); ok && (n.Op == syntax.Inc || n.Op == syntax.Dec) {
-				s.setsVar(w.Lit(), clip(s.nodeText(n)))
+				s.setsVarAt(w.Lit(), n)
 			}
 		}
 		stack = append(stack, fr)
@@ -457,7 +564,7 @@ func (s *scanner) assign(as *syntax.Assign) {
 			if !ok {
 				prev = unknown
 			}
-			c = cross(prev, c)
+			c = s.cross(prev, c)
 		}
 		s.vars[name] = c
 	}
@@ -500,7 +607,7 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 			if r.N != nil && r.N.Value != "0" {
 				continue
 			}
-			c := cross(s.wordCands(r.Word), one("\n"))
+			c := s.cross(s.wordCands(r.Word), one("\n"))
 			t := c.vals[0]
 			io.stdinText, io.fed = &t, &c
 		case syntax.RdrIn:
@@ -545,7 +652,7 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 	seg := s.segment(argv, redir)
 	if isCall {
 		for _, as := range call.Assigns {
-			if as.Name != nil {
+			if as.Name != nil && berthVar(as.Name.Value) {
 				s.setsVar(as.Name.Value, clip(strings.TrimSpace(s.nodeText(as)+" "+seg)))
 			}
 		}
@@ -609,19 +716,34 @@ func (s *scanner) segment(argv []arg, redir string) string {
 // words expands shell words (brace expansion included) into args; "$@"
 // is every positional parameter when they are known.
 func (s *scanner) words(ws []*syntax.Word) []arg {
-	var out []arg
+	out := make([]arg, 0, len(ws))
 	for _, w := range ws {
-		if s.posKnown && allPositional(w) {
+		switch {
+		case s.posKnown && allPositional(w):
 			out = append(out, s.pos...)
-			continue
+		case !hasBrace(w):
+			a := s.word(w)
+			if splittable(w) {
+				out = append(out, s.split(a)...)
+			} else {
+				out = append(out, a)
+			}
+		default:
+			out = append(out, s.wordExpanded(w)...)
 		}
-		as := s.wordExpanded(w)
-		if len(as) == 1 && splittable(w) {
-			as = s.split(as[0])
-		}
-		out = append(out, as...)
 	}
 	return out
+}
+
+// hasBrace reports whether a literal part of w has a brace: only then can
+// brace expansion make several words of it.
+func hasBrace(w *syntax.Word) bool {
+	for _, p := range w.Parts {
+		if l, ok := p.(*syntax.Lit); ok && strings.IndexByte(l.Value, '{') >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // splittable reports whether w is one unquoted expansion ($X, ${X},
@@ -650,7 +772,7 @@ func (s *scanner) split(a arg) []arg {
 		ifs = c.vals[0]
 	}
 	v, known := a.lit()
-	if !known || ifs == "" {
+	if !known || ifs == "" || strings.IndexAny(v, ifs) < 0 {
 		return []arg{a}
 	}
 	fields := strings.FieldsFunc(v, func(r rune) bool { return strings.ContainsRune(ifs, r) })
@@ -664,22 +786,121 @@ func (s *scanner) split(a arg) []arg {
 	return out
 }
 
+// Brace expansion makes at most maxBraceWords words of one word, from at
+// most maxBraceGroups groups ({a,b} or {1..9}); past either the command
+// is too-large. Every word is checked: cutting the list would hide a
+// floor path at its end ({x1,...,x40,/usr}, {100..-1}).
+const (
+	maxBraceWords  = 4096
+	maxBraceGroups = 64
+)
+
 // wordExpanded resolves a word, brace expansion making several.
 func (s *scanner) wordExpanded(w *syntax.Word) []arg {
+	braces := 0
+	for _, p := range w.Parts {
+		if l, ok := p.(*syntax.Lit); ok {
+			braces += strings.Count(l.Value, "{")
+		}
+	}
+	if braces > 4*maxBraceGroups {
+		// Splitting costs a node per brace: more than any group count
+		// berth expands is not split at all.
+		s.large(fmt.Sprintf("brace expansion from more than %d groups", maxBraceGroups))
+		return []arg{s.word(w)}
+	}
 	cp := &syntax.Word{Parts: append([]syntax.WordPart(nil), w.Parts...)}
 	if !syntax.SplitBraces(cp) {
 		a := s.word(w)
 		return []arg{a}
 	}
-	var out []arg
+	words, groups, ok := braceShape(cp.Parts)
+	switch {
+	case !ok:
+		return []arg{s.word(w)} // a sequence berth cannot read is left as written
+	case words > maxBraceWords || groups > maxBraceGroups:
+		s.large(fmt.Sprintf("brace expansion into more than %d words or from more than %d groups", maxBraceWords, maxBraceGroups))
+		return []arg{s.word(w)}
+	}
+	if s.elemsLeft -= words; s.elemsLeft < 0 {
+		s.large("more words from brace expansion than berth checks for a command of this size")
+		return []arg{s.word(w)}
+	}
+	out := make([]arg, 0, words)
 	for bw, err := range expand.BracesSeq(nil, cp) {
-		if err != nil || len(out) >= maxCands {
+		if err != nil {
 			break
 		}
 		c := s.parts(bw.Parts, false)
 		out = append(out, arg{vals: c.vals, dyn: c.dyn, node: w, text: s.text})
 	}
 	return out
+}
+
+// braceShape returns how many words brace expansion makes of parts (split
+// by syntax.SplitBraces) and how many groups it expands, each at most
+// maxBraceWords+1; ok is false for a sequence whose ends are not literal.
+func braceShape(parts []syntax.WordPart) (words, groups int, ok bool) {
+	const over = maxBraceWords + 1
+	words = 1
+	for _, p := range parts {
+		br, isBrace := p.(*syntax.BraceExp)
+		if !isBrace {
+			continue
+		}
+		groups++
+		n := 0
+		if br.Sequence {
+			if n, ok = seqLen(br); !ok {
+				return 0, 0, false
+			}
+		} else {
+			for _, e := range br.Elems {
+				w, g, eok := braceShape(e.Parts)
+				if !eok {
+					return 0, 0, false
+				}
+				n, groups = min(n+w, over), min(groups+g, over)
+			}
+		}
+		words = min(words*max(n, 1), over)
+		if groups >= over {
+			break
+		}
+	}
+	return words, groups, true
+}
+
+// seqLen returns how many words a sequence {x..y[..incr]} makes, as
+// expand.BracesSeq reads it (numbers, else the first bytes), at most
+// maxBraceWords+1.
+func seqLen(br *syntax.BraceExp) (int, bool) {
+	if len(br.Elems) < 2 {
+		return 0, false
+	}
+	from, to := br.Elems[0].Lit(), br.Elems[1].Lit()
+	if from == "" || to == "" {
+		return 0, false
+	}
+	a, err1 := strconv.ParseInt(from, 10, 64)
+	b, err2 := strconv.ParseInt(to, 10, 64)
+	if err1 != nil || err2 != nil {
+		a, b = int64(from[0]), int64(to[0])
+	}
+	incr := int64(1)
+	if len(br.Elems) > 2 {
+		if n, _ := strconv.ParseInt(br.Elems[2].Lit(), 10, 64); n != 0 {
+			incr = max(n, -n)
+		}
+	}
+	span := b - a
+	if span < 0 {
+		span = -span
+	}
+	if span < 0 || incr <= 0 { // overflow
+		return maxBraceWords + 1, true
+	}
+	return int(min(span/incr+1, maxBraceWords+1)), true
 }
 
 // word resolves one word without brace expansion.
@@ -704,8 +925,10 @@ func printWord(w *syntax.Word) string {
 	return b.String()
 }
 
-// cross concatenates every value of a with every value of b.
-func cross(a, b cands) cands {
+// cross concatenates every value of a with every value of b. Joining two
+// non-empty values spends the budget of values (valueBudget): past it the
+// command is too-large, and the values are left as they are.
+func (s *scanner) cross(a, b cands) cands {
 	out := cands{dyn: a.dyn || b.dyn}
 	for _, x := range a.vals {
 		for _, y := range b.vals {
@@ -713,18 +936,18 @@ func cross(a, b cands) cands {
 				out.dyn = true
 				return out
 			}
-			if len(x)+len(y) > maxValueLen {
-				// A value this long is no path berth could name; keep a
-				// bounded prefix so doubling assignments stay cheap.
-				out.dyn = true
-				if len(x) >= maxValueLen {
-					out.vals = append(out.vals, x[:maxValueLen])
-				} else {
-					out.vals = append(out.vals, x+y[:maxValueLen-len(x)])
-				}
-				continue
+			switch {
+			case x == "":
+				out.vals = append(out.vals, y)
+			case y == "":
+				out.vals = append(out.vals, x)
+			case s.valuesLeft < len(x)+len(y):
+				s.large("more values built from its words than berth follows for a command of this size")
+				out.vals, out.dyn = append(out.vals, x), true
+			default:
+				s.valuesLeft -= len(x) + len(y)
+				out.vals = append(out.vals, x+y)
 			}
-			out.vals = append(out.vals, x+y)
 		}
 	}
 	return out
@@ -763,6 +986,19 @@ func union(cs ...cands) cands {
 
 // parts resolves word parts into candidate values.
 func (s *scanner) parts(ps []syntax.WordPart, inDQ bool) cands {
+	if len(ps) == 1 {
+		switch p := ps[0].(type) {
+		case *syntax.Lit:
+			if inDQ {
+				return one(unescapeDQ(p.Value))
+			}
+			return one(unescapeLit(p.Value))
+		case *syntax.SglQuoted:
+			if !p.Dollar {
+				return one(p.Value)
+			}
+		}
+	}
 	acc := one("")
 	for _, p := range ps {
 		var c cands
@@ -803,7 +1039,7 @@ func (s *scanner) parts(ps []syntax.WordPart, inDQ bool) cands {
 		default:
 			c = unknown
 		}
-		acc = cross(acc, c)
+		acc = s.cross(acc, c)
 	}
 	return acc
 }
@@ -1099,7 +1335,7 @@ func (s *scanner) funcDecl(fd *syntax.FuncDecl) {
 		s.add("dynamic-command", clip("command_not_found_handle() "+s.nodeText(fd.Body)), "command_not_found_handle runs for every command that is not found, with its words as arguments")
 	}
 	calls, spread := 0, false
-	syntax.Walk(fd.Body, func(n syntax.Node) bool {
+	s.visit(fd.Body, func(n syntax.Node) bool {
 		switch n := n.(type) {
 		case *syntax.CallExpr:
 			if len(n.Args) > 0 && path.Base(s.wordCands(n.Args[0]).vals[0]) == name {
@@ -1126,7 +1362,7 @@ func (s *scanner) funcDecl(fd *syntax.FuncDecl) {
 // callsFunc reports whether n runs the function name.
 func callsFunc(s *scanner, n syntax.Node, name string) bool {
 	found := false
-	syntax.Walk(n, func(m syntax.Node) bool {
+	s.visit(n, func(m syntax.Node) bool {
 		if c, ok := m.(*syntax.CallExpr); ok && len(c.Args) > 0 && path.Base(s.wordCands(c.Args[0]).vals[0]) == name {
 			found = true
 		}
@@ -1135,6 +1371,14 @@ func callsFunc(s *scanner, n syntax.Node, name string) bool {
 	return found
 }
 
+// pieceEnd are the bytes the fallback cuts text at.
+var pieceEnd = func() (t [256]bool) {
+	for _, c := range []byte("\n`;&|(){}") {
+		t[c] = true
+	}
+	return t
+}()
+
 // fallback checks text the parser rejected (or past the bound of commands
 // the walk follows), crudely: it is cut at shell separators, quotes are
 // dropped, and each piece is checked as a simple command with literal
@@ -1142,25 +1386,44 @@ func callsFunc(s *scanner, n syntax.Node, name string) bool {
 // less. It reads the text once, piece by piece, with no bound but the
 // text's length.
 func (s *scanner) fallback(text string) {
+	if s.textLeft -= len(text); s.textLeft < 0 {
+		s.large("more shell text read word by word than berth checks for a command of this size")
+		return
+	}
 	was := s.wordByWord
 	s.wordByWord = true
 	defer func() { s.wordByWord = was }()
 	unq := strings.NewReplacer(`"`, "", `'`, "", `\`, "")
-	for len(text) > 0 {
-		i := strings.IndexAny(text, "\n`;&|(){}")
+	for len(text) > 0 && !s.halted {
+		i := 0
+		for i < len(text) && !pieceEnd[text[i]] {
+			i++
+		}
+		if i == len(text) {
+			i = -1
+		}
 		piece := text
 		if i >= 0 {
 			piece, text = text[:i], text[i+1:]
 		} else {
 			text = ""
 		}
-		piece = strings.TrimSuffix(piece, "$") // the $ of $(
-		var argv []arg
-		for _, f := range strings.Fields(unq.Replace(piece)) {
-			argv = append(argv, litArg(f))
+		piece = strings.TrimSpace(strings.TrimSuffix(piece, "$")) // the $ of $(
+		if piece == "" || s.pieceSeen[piece] {
+			continue // each piece once: it reads the same every time
 		}
-		if len(argv) > 0 {
-			s.command(argv, ioInfo{}, "")
+		if len(s.pieceSeen) < 1<<16 {
+			s.pieceSeen[piece] = true
 		}
+		words := strings.Fields(unq.Replace(piece))
+		if s.elemsLeft -= len(words); s.elemsLeft < 0 || len(words) > maxPieceWords {
+			s.large("more words read word by word than berth checks for a command of this size")
+			return
+		}
+		argv := make([]arg, len(words))
+		for k, f := range words {
+			argv[k] = litArg(f)
+		}
+		s.command(argv, ioInfo{}, "")
 	}
 }

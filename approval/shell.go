@@ -16,7 +16,7 @@ func shellChecks() map[string]check {
 	t := map[string]check{
 		"eval": {[]string{"pipe-to-shell", "dynamic-command"}, func(s *scanner, c call) {
 			if len(c.args) > 0 {
-				s.scriptArg(joinArgs(c.args), c.seg)
+				s.scriptArg(s.joinArgs(c.args), c.seg)
 			}
 		}},
 		"source": {[]string{"pipe-to-shell"}, sourceCheck},
@@ -135,11 +135,14 @@ const dynMark = "BERTH_UNKNOWN_9f1c"
 func (s *scanner) dynamicProgram(a arg, seg string) {
 	marked := markUnknown(a.node.Parts)
 	f, err := shparse.Parse(marked)
+	if err == nil && !s.charge(marked, f) {
+		return
+	}
 	if err != nil {
 		s.add("dynamic-command", seg, a.source())
 		return
 	}
-	syntax.Walk(f, func(n syntax.Node) bool {
+	s.visit(f, func(n syntax.Node) bool {
 		if c, ok := n.(*syntax.CallExpr); ok && len(c.Args) > 0 && strings.Contains(printWord(c.Args[0]), dynMark) {
 			s.add("dynamic-command", seg, a.source())
 		}
@@ -187,7 +190,7 @@ func (s *scanner) fetches(n syntax.Node) bool {
 		return false
 	}
 	found := false
-	syntax.Walk(n, func(m syntax.Node) bool {
+	s.visit(n, func(m syntax.Node) bool {
 		if st, ok := m.(*syntax.Stmt); ok {
 			if name, _ := s.stageCommand(st); fetchers[name] {
 				found = true

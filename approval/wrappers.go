@@ -6,7 +6,8 @@ import "strings"
 type wrapped struct {
 	inner  []arg // the command it runs
 	xargs  bool  // more arguments arrive at run time
-	script *arg  // shell text it runs (su -c, flock -c, watch, ssh)
+	script *arg  // shell text it runs (su -c, flock -c)
+	joined []arg // words it joins with spaces into shell text it runs (watch, ssh, sg)
 	writes []arg // files it writes (sudoedit)
 	sets   []arg // variables it sets (NAME=value) or unsets (NAME) for inner
 	stdin  bool  // it runs a shell reading its script from stdin (at, script)
@@ -160,8 +161,7 @@ var wrappers = map[string]unwrapper{
 		if len(o.operands) == 0 {
 			return wrapped{}
 		}
-		j := joinArgs(o.operands)
-		return wrapped{script: &j}
+		return wrapped{joined: o.operands}
 	},
 	"su":      suWrapper,
 	"runuser": suWrapper,
@@ -175,8 +175,7 @@ var wrappers = map[string]unwrapper{
 			if len(rest) == 0 {
 				return wrapped{}
 			}
-			j := joinArgs(rest)
-			return wrapped{script: &j}
+			return wrapped{joined: rest}
 		}
 		return wrapped{}
 	},
@@ -265,8 +264,7 @@ var wrappers = map[string]unwrapper{
 		if rest[0].first() == "-c" && len(rest) > 1 {
 			return wrapped{script: &rest[1]}
 		}
-		j := joinArgs(rest)
-		return wrapped{script: &j}
+		return wrapped{joined: rest}
 	},
 	// Wrappers whose options cannot be told from the command they run.
 	"setpriv":          triesWrapper,
@@ -407,15 +405,15 @@ func (s *scanner) unwrap(name string, args []arg) (w wrapped, ok bool) {
 }
 
 // joinArgs joins words with spaces, as ssh and eval do.
-func joinArgs(as []arg) arg {
+func (s *scanner) joinArgs(as []arg) arg {
 	out := one("")
 	var src []string
 	dyn := false
 	for i, a := range as {
 		if i > 0 {
-			out = cross(out, one(" "))
+			out = s.cross(out, one(" "))
 		}
-		out = cross(out, cands{vals: a.vals, dyn: a.dyn})
+		out = s.cross(out, cands{vals: a.vals, dyn: a.dyn})
 		src = append(src, a.source())
 		dyn = dyn || a.dyn
 	}
