@@ -3,6 +3,8 @@ package approval
 import (
 	"path"
 	"strings"
+
+	"github.com/a55dbaac/berth/approval/internal/scan"
 )
 
 // Under workspace confinement (Context.Writable set) the kernel refuses
@@ -64,9 +66,9 @@ func confinedFindings(c Context, fs []Finding) []Finding {
 		if c.SignalsConfined && (f.Rule.ID == "kill-all" || f.Rule.ID == "kill-9-by-name") {
 			continue
 		}
-		if f.located && len(f.targets) > 0 {
+		if f.Located && len(f.Targets) > 0 {
 			all := map[place]bool{}
-			for _, t := range f.targets {
+			for _, t := range f.Targets {
 				all[placeOf(roots, t)] = true
 			}
 			if len(all) == 1 && all[outside] {
@@ -83,13 +85,13 @@ func confinedFindings(c Context, fs []Finding) []Finding {
 
 // placeOf says where p (absolute, possibly a glob) lies.
 func placeOf(roots []string, p string) place {
-	if hasGlob(p) {
+	if scan.HasGlob(p) {
 		dir := p
-		for hasGlob(dir) {
+		for scan.HasGlob(dir) {
 			dir = path.Dir(dir)
 		}
 		pl := placeOf(roots, dir)
-		if pl == root && (dir != path.Dir(p) || !matchesAnything(path.Base(p))) {
+		if pl == root && (dir != path.Dir(p) || !scan.MatchesAnything(path.Base(p))) {
 			return inside // some files in the tree, not all of it
 		}
 		return pl

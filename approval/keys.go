@@ -1,6 +1,9 @@
 package approval
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Pattern keys: the names approvals are remembered and saved under, as in
 // the Hermes agent's approval flow. There an answer of "session" approves
@@ -43,7 +46,7 @@ func sqlKind(f Finding) string {
 }
 
 func sqlIs(kinds ...string) func(Finding) bool {
-	return func(f Finding) bool { return contains(kinds, sqlKind(f)) }
+	return func(f Finding) bool { return slices.Contains(kinds, sqlKind(f)) }
 }
 
 func findExec(f Finding) bool   { return strings.HasPrefix(f.Detail, "-exec") }

@@ -1,4 +1,4 @@
-package approval
+package scan
 
 import (
 	"path"
@@ -554,7 +554,7 @@ func (s *scanner) find(args []arg, seg string) {
 func selectiveFindTest(test string, rest []arg) bool {
 	switch test {
 	case "-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex", "-lname", "-ilname":
-		return len(rest) > 0 && !matchesAnything(rest[0].first()) && rest[0].first() != ".*"
+		return len(rest) > 0 && !MatchesAnything(rest[0].first()) && rest[0].first() != ".*"
 	case "-mtime", "-mmin", "-atime", "-amin", "-ctime", "-cmin", "-newer", "-anewer", "-cnewer", "-newermt", "-newerct",
 		"-size", "-user", "-group", "-uid", "-gid", "-nouser", "-nogroup", "-perm", "-empty", "-inum", "-links", "-samefile", "-used":
 		return true

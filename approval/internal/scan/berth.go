@@ -1,4 +1,4 @@
-package approval
+package scan
 
 import (
 	"path"
@@ -107,7 +107,7 @@ func (s *scanner) setsVar(name, seg string) {
 // when name is one of berth's).
 func (s *scanner) setsVarAt(name string, n syntax.Node) {
 	if berthVar(name) {
-		s.setsVar(name, clip(s.nodeText(n)))
+		s.setsVar(name, Clip(s.nodeText(n)))
 	}
 }
 

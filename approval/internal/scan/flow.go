@@ -1,4 +1,4 @@
-package approval
+package scan
 
 import (
 	"bytes"
@@ -200,7 +200,7 @@ func (s *scanner) spawnLoop(w *syntax.WhileClause) {
 			return
 		}
 	}
-	s.add("fork-bomb", clip(s.nodeText(w)), "an endless loop that only starts background commands")
+	s.add("fork-bomb", Clip(s.nodeText(w)), "an endless loop that only starts background commands")
 }
 
 // alwaysTrue reports whether a loop condition never ends the loop: while
@@ -309,7 +309,7 @@ func (s *scanner) mutualForkBombs() {
 		if calls >= 2 && spread {
 			var b bytes.Buffer
 			_ = syntax.NewPrinter(syntax.SingleLine(true)).Print(&b, s.funcs[name])
-			s.add("fork-bomb", clip(b.String()), name+" (through functions that call it back)")
+			s.add("fork-bomb", Clip(b.String()), name+" (through functions that call it back)")
 			return
 		}
 	}

@@ -1,4 +1,4 @@
-package approval
+package scan
 
 import (
 	"bytes"
@@ -54,16 +54,17 @@ type Finding struct {
 	Command string
 	// Detail names what made it match, e.g. the path "/usr".
 	Detail string
-	// targets are the absolute paths (links followed) the finding's action
-	// writes, removes or changes, when all of them are known (located):
+	// Targets are the absolute paths (links followed) the finding's action
+	// writes, removes or changes, when all of them are known (Located):
 	// under workspace confinement the kernel refuses those outside the
-	// writable trees.
-	targets []string
-	located bool
-	// could is what a command whose program berth cannot see could run,
+	// writable trees. A finding about what a command sends to another
+	// host is never Located: the local kernel does not confine it.
+	Targets []string `json:"-"`
+	Located bool     `json:"-"`
+	// Could is what a command whose program berth cannot see could run,
 	// when that is what matched (x -rf / with x an alias of an earlier
 	// call could run rm -rf /).
-	could string
+	Could string `json:"-"`
 }
 
 // arg is one shell word after expansion as far as it can be done before
@@ -190,9 +191,31 @@ type fdSource struct {
 	up   []*syntax.Stmt // the statements of a <(...)
 }
 
-// scan checks a parsed command and returns its findings and every simple
-// command it contains (normalized).
-func scan(sc *shparse.Script, c Context) *scanner {
+// Scan checks a parsed command against every rule: it returns the
+// findings and every simple command the command contains, normalized (see
+// Finding.Command), which deny patterns are matched against.
+func Scan(sc *shparse.Script, c Context) (findings []Finding, segments []string) {
+	s := run(sc, c)
+	return s.findings, s.segments
+}
+
+// ScanWrite checks a write by the file tools (write_file, patch) to file,
+// against the same sensitive paths as shell writes. subject names the
+// write as findings show it: "write_file <path>", the path resolved when
+// it can be.
+func ScanWrite(file string, c Context) (findings []Finding, subject string) {
+	s := newScanner(c)
+	shown := file
+	if r, abs := s.resolvePath(file); abs {
+		shown = r
+	}
+	subject = "write_file " + shown
+	s.writeTarget(litArg(file), subject)
+	return s.findings, subject
+}
+
+// run checks a parsed command.
+func run(sc *shparse.Script, c Context) *scanner {
 	s := newScanner(c)
 	s.root = sc.Text
 	var se *shparse.SizeError
@@ -237,7 +260,7 @@ func (s *scanner) large(why string) {
 		return
 	}
 	s.halted, s.stopped = true, true
-	s.findings = append(s.findings, Finding{Rule: mustRule("too-large"), Command: clip(s.root), Detail: why})
+	s.findings = append(s.findings, Finding{Rule: mustRule("too-large"), Command: Clip(s.root), Detail: why})
 }
 
 // visit walks the subtree under n for a check that looks inside it (fork
@@ -312,7 +335,7 @@ func (s *scanner) addAt(id, seg, detail string, targets []string, located bool) 
 		return
 	}
 	s.seen[key] = true
-	s.findings = append(s.findings, Finding{Rule: mustRule(id), Command: seg, Detail: detail, targets: targets, located: located})
+	s.findings = append(s.findings, Finding{Rule: mustRule(id), Command: seg, Detail: detail, Targets: targets, Located: located})
 }
 
 // targetsOf returns where the words land (absolute, links followed), and
@@ -357,7 +380,7 @@ func (s *scanner) script(text, display string) {
 		return
 	}
 	if s.depth > maxDepth {
-		s.add("too-deep", clip(display), "")
+		s.add("too-deep", Clip(display), "")
 		return
 	}
 	f, err := shparse.Parse(text)
@@ -377,11 +400,11 @@ func (s *scanner) parsed(text string, f *syntax.File, err error, display string)
 		s.large(se.Error())
 		return
 	case errors.As(err, &ne):
-		s.add("too-deep", clip(display), err.Error())
+		s.add("too-deep", Clip(display), err.Error())
 		s.fallback(text)
 		return
 	case err != nil:
-		s.add("unparsed", clip(display), err.Error())
+		s.add("unparsed", Clip(display), err.Error())
 		s.fallback(text)
 		return
 	}
@@ -396,8 +419,9 @@ func (s *scanner) parsed(text string, f *syntax.File, err error, display string)
 	s.depth--
 }
 
-// clip shortens text for a finding.
-func clip(s string) string {
+// Clip shortens text for a finding (and a message): whitespace runs made
+// one space, cut at 300 bytes.
+func Clip(s string) string {
 	if len(s) > 4*300 {
 		// Only the start is shown: reading more would make a finding of
 		// every node of a deep tree cost its whole text.
@@ -484,7 +508,7 @@ func (s *scanner) walk(n syntax.Node) {
 				case as.Name != nil:
 					s.setsVarAt(as.Name.Value, n)
 				case as.Value != nil:
-					s.setsVarWord(s.word(as.Value), clip(s.nodeText(n)))
+					s.setsVarWord(s.word(as.Value), Clip(s.nodeText(n)))
 				}
 			}
 		case *syntax.ParamExp:
@@ -653,7 +677,7 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 	if isCall {
 		for _, as := range call.Assigns {
 			if as.Name != nil && berthVar(as.Name.Value) {
-				s.setsVar(as.Name.Value, clip(strings.TrimSpace(s.nodeText(as)+" "+seg)))
+				s.setsVar(as.Name.Value, Clip(strings.TrimSpace(s.nodeText(as)+" "+seg)))
 			}
 		}
 	}
@@ -710,7 +734,7 @@ func (s *scanner) segment(argv []arg, redir string) string {
 	if redir != "" {
 		parts = append(parts, redir)
 	}
-	return clip(strings.Join(parts, " "))
+	return Clip(strings.Join(parts, " "))
 }
 
 // words expands shell words (brace expansion included) into args; "$@"
@@ -1112,7 +1136,7 @@ func (s *scanner) param(p *syntax.ParamExp) cands {
 		if !ok || val.dyn {
 			return unknown
 		}
-		re, err := globRegexp(pat)
+		re, err := GlobRegexp(pat)
 		if err != nil {
 			return unknown
 		}
@@ -1332,7 +1356,7 @@ func (s *scanner) funcDecl(fd *syntax.FuncDecl) {
 		s.funcText[fd] = s.text
 	}
 	if name == "command_not_found_handle" {
-		s.add("dynamic-command", clip("command_not_found_handle() "+s.nodeText(fd.Body)), "command_not_found_handle runs for every command that is not found, with its words as arguments")
+		s.add("dynamic-command", Clip("command_not_found_handle() "+s.nodeText(fd.Body)), "command_not_found_handle runs for every command that is not found, with its words as arguments")
 	}
 	calls, spread := 0, false
 	s.visit(fd.Body, func(n syntax.Node) bool {
@@ -1355,7 +1379,7 @@ func (s *scanner) funcDecl(fd *syntax.FuncDecl) {
 	if calls >= 2 && spread {
 		var b bytes.Buffer
 		_ = syntax.NewPrinter(syntax.SingleLine(true)).Print(&b, fd)
-		s.add("fork-bomb", clip(b.String()), name)
+		s.add("fork-bomb", Clip(b.String()), name)
 	}
 }
 

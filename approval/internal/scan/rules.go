@@ -1,6 +1,4 @@
-package approval
-
-import "sort"
+package scan
 
 // Level says how serious a rule is.
 type Level int
@@ -100,16 +98,6 @@ func Rules() []Rule {
 func LookupRule(id string) (Rule, bool) {
 	r, ok := ruleByID[id]
 	return r, ok
-}
-
-// ruleIDs returns the ids, sorted, for error messages.
-func ruleIDs() []string {
-	ids := make([]string, 0, len(rules))
-	for _, r := range rules {
-		ids = append(ids, r.ID)
-	}
-	sort.Strings(ids)
-	return ids
 }
 
 // mustRule returns the rule with id; a typo here is a programming error.

@@ -1,4 +1,4 @@
-package approval
+package scan
 
 import (
 	"maps"
@@ -198,7 +198,7 @@ func (s *scanner) couldRun(who string, args []arg, io ioInfo, seg, redir string)
 		if s.stopped && !stopped {
 			// The bound of commands was reached inside a candidate, and
 			// the whole text read word by word: all of it counts.
-			s.addAt(f.Rule.ID, f.Command, f.Detail, f.targets, f.located)
+			s.addAt(f.Rule.ID, f.Command, f.Detail, f.Targets, f.Located)
 			continue
 		}
 		s.addCould(f, who, seg)
@@ -221,7 +221,7 @@ func (s *scanner) addCould(f Finding, who, seg string) {
 		return
 	}
 	s.seen[key] = true
-	s.findings = append(s.findings, Finding{Rule: f.Rule, Command: seg, Detail: detail, could: could, targets: f.targets, located: f.located})
+	s.findings = append(s.findings, Finding{Rule: f.Rule, Command: seg, Detail: detail, Could: could, Targets: f.Targets, Located: f.Located})
 }
 
 // dynamicWho names a program word only known at run time, for a finding.

@@ -1,4 +1,4 @@
-package approval
+package scan
 
 import (
 	"fmt"
@@ -45,10 +45,26 @@ var prefixChecks = []struct {
 	{"python2.", "python2"},
 }
 
+// families are the tables of checks by family, each named as its cases
+// file (testdata/<family>.txt).
+var families = []struct {
+	name  string
+	table func() map[string]check
+}{
+	{"fs", fsChecks}, {"disk", diskChecks}, {"fetch", fetchChecks}, {"vcs", vcsChecks}, {"db", dbChecks},
+	{"proc", procChecks}, {"shell", shellChecks}, {"berth", berthChecks}, {"vars", varChecks},
+}
+
+// scannerFamilies are the families of what the scanner checks itself, for
+// every command, each with its cases file too: wrappers (wrappers.go),
+// what the shell resolves before any program (flow.go), programs only
+// known at run time (dynamic.go), writes by redirection, and words.
+var scannerFamilies = []string{"wrappers", "flow", "dynamic", "writes", "words"}
+
 func init() {
 	checks = map[string]check{}
-	for _, family := range []func() map[string]check{fsChecks, diskChecks, fetchChecks, vcsChecks, dbChecks, procChecks, shellChecks, berthChecks, varChecks} {
-		for name, c := range family() {
+	for _, family := range families {
+		for name, c := range family.table() {
 			if _, dup := checks[name]; dup {
 				panic("approval: two checks for " + name)
 			}
@@ -94,7 +110,7 @@ func (s *scanner) command(argv []arg, io ioInfo, redir string) {
 			// Past the bound the walk stops; the whole text is then read
 			// word by word, which finds the floor commands of the rest.
 			s.stopped = true
-			s.add("too-deep", clip(s.root), fmt.Sprintf("more than %d commands: berth read the rest word by word only", maxCommands))
+			s.add("too-deep", Clip(s.root), fmt.Sprintf("more than %d commands: berth read the rest word by word only", maxCommands))
 			s.fallback(s.root)
 			return
 		}

@@ -1,4 +1,4 @@
-package approval
+package scan
 
 import (
 	"path"
@@ -218,7 +218,7 @@ func (s *scanner) pipeSeg(up []*syntax.Stmt, seg string) string {
 			parts = append(parts, s.segment(s.words(call.Args), ""))
 		}
 	}
-	return clip(strings.Join(append(parts, seg), " | "))
+	return Clip(strings.Join(append(parts, seg), " | "))
 }
 
 // shell checks sh/bash/... with their options: -c text is checked as a

@@ -1,4 +1,4 @@
-package approval
+package scan
 
 import (
 	"os"
@@ -48,12 +48,12 @@ const homeMark = "~"
 // never spell a system directory.
 const unknownPart = "\u2026"
 
-// hasGlob reports whether s contains a glob metacharacter.
-func hasGlob(s string) bool { return strings.ContainsAny(s, "*?[") }
+// HasGlob reports whether s contains a glob metacharacter.
+func HasGlob(s string) bool { return strings.ContainsAny(s, "*?[") }
 
-// matchesAnything reports whether a glob component matches (nearly) every
+// MatchesAnything reports whether a glob component matches (nearly) every
 // name: "*", ".*", "*.*", "?*", ".??*".
-func matchesAnything(base string) bool {
+func MatchesAnything(base string) bool {
 	return strings.Contains(base, "*") && strings.Trim(base, "*?.") == ""
 }
 
@@ -230,7 +230,7 @@ func (s *scanner) isSystemDir(p string) bool {
 	if systemDirs[p] || s.isHome(p) {
 		return true
 	}
-	if !hasGlob(p) {
+	if !HasGlob(p) {
 		return false
 	}
 	for d := range systemDirs {
@@ -255,7 +255,7 @@ func (s *scanner) isFloorTree(p string) bool {
 		return true
 	}
 	dir, base := path.Split(p)
-	if dir == "" || !matchesAnything(base) {
+	if dir == "" || !MatchesAnything(base) {
 		return false
 	}
 	return s.isSystemDir(path.Clean(dir))
@@ -275,7 +275,7 @@ func isDisk(p string) bool {
 	if diskRe.MatchString(p) {
 		return true
 	}
-	if strings.HasPrefix(p, "/dev/") && hasGlob(p) {
+	if strings.HasPrefix(p, "/dev/") && HasGlob(p) {
 		for _, d := range diskSamples {
 			if ok, _ := path.Match(p, d); ok {
 				return true
@@ -407,7 +407,7 @@ func (s *scanner) routineRemoval(raw, p string) bool {
 		return false
 	}
 	for _, tmp := range []string{"/tmp/", "/var/tmp/", "/private/tmp/"} {
-		if strings.HasPrefix(p, tmp) && !matchesAnything(path.Base(p)) {
+		if strings.HasPrefix(p, tmp) && !MatchesAnything(path.Base(p)) {
 			return true
 		}
 	}
@@ -431,7 +431,7 @@ func (s *scanner) routineRemoval(raw, p string) bool {
 			// Everything at or below the artifact directory, reached
 			// through literal components only.
 			for _, above := range parts[:i] {
-				if hasGlob(above) {
+				if HasGlob(above) {
 					return false
 				}
 			}
