@@ -27,8 +27,10 @@ import (
 //   - kill -9 -1 (kill-all) and pkill -9 (kill-9-by-name) when the kernel
 //     confines signals: they reach the environment's own processes only.
 //
-// Everything else still asks (or is the floor): what the kernel does not
-// cover — git push --force, SQL, a fetched script run, dynamic commands
+// Everything else still asks (or is the floor): what a command runs on
+// another host or in a container (ssh, scp, rsync to HOST:PATH, docker
+// exec, kubectl exec, docker run -v /:/h: Finding.Remote), whatever it
+// targets; what the kernel does not cover — git push --force, SQL, a fetched script run, dynamic commands
 // that may reach the network, fork bombs, power, a nested berth (its
 // daemon may run outside the confinement), BERTH_* variables — and a
 // finding with a target berth cannot place (a variable only known at run
@@ -63,6 +65,10 @@ func confinedFindings(c Context, fs []Finding) []Finding {
 	}
 	var out []Finding
 	for _, f := range fs {
+		if f.Remote != "" {
+			out = append(out, f) // another host: this kernel does not confine it
+			continue
+		}
 		if c.SignalsConfined && (f.Rule.ID == "kill-all" || f.Rule.ID == "kill-9-by-name") {
 			continue
 		}

@@ -53,6 +53,7 @@ var families = []struct {
 }{
 	{"fs", fsChecks}, {"disk", diskChecks}, {"fetch", fetchChecks}, {"vcs", vcsChecks}, {"db", dbChecks},
 	{"proc", procChecks}, {"shell", shellChecks}, {"berth", berthChecks}, {"vars", varChecks},
+	{"remote", remoteChecks},
 }
 
 // scannerFamilies are the families of what the scanner checks itself, for
@@ -147,6 +148,9 @@ func (s *scanner) command(argv []arg, io ioInfo, redir string) {
 // through, anything else goes to its family's checker.
 func (s *scanner) program(name string, args []arg, io ioInfo, seg, redir string) {
 	if w, ok := s.unwrap(name, args); ok {
+		if w.host != "" {
+			defer s.enterRemote(&remoteCtx{host: w.host}, homeMark)()
+		}
 		for _, t := range w.writes {
 			s.writeTarget(t, seg)
 		}

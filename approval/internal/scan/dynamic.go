@@ -221,7 +221,7 @@ func (s *scanner) addCould(f Finding, who, seg string) {
 		return
 	}
 	s.seen[key] = true
-	s.findings = append(s.findings, Finding{Rule: f.Rule, Command: seg, Detail: detail, Could: could, Targets: f.Targets, Located: f.Located})
+	s.findings = append(s.findings, Finding{Rule: f.Rule, Command: seg, Detail: detail, Could: could, Targets: f.Targets, Located: f.Located, Remote: f.Remote})
 }
 
 // dynamicWho names a program word only known at run time, for a finding.

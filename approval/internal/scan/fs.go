@@ -160,7 +160,8 @@ func (s *scanner) cd(args []arg) {
 		s.cwd = ""
 		return
 	}
-	p, abs := s.resolvePath(v)
+	p, abs := s.localPath(v) // the directory as the shell there names it
+	p = path.Clean(p)
 	if !abs {
 		s.cwd = ""
 		return
@@ -387,8 +388,8 @@ func (s *scanner) copyLike(name string, args []arg, seg string) {
 	} else {
 		return
 	}
-	if name == "rsync" && strings.Contains(dest.first(), ":") {
-		return // remote destination
+	if name == "rsync" && s.remoteWrite(dest, seg, false) {
+		return // a write there
 	}
 	s.writeTarget(dest, seg)
 	s.intoDir(dest, sources, seg)
@@ -577,10 +578,11 @@ func (s *scanner) rsync(args []arg, seg string) {
 		return
 	}
 	dest := o.operands[len(o.operands)-1]
+	if _, _, remote := remoteSpec(dest.first()); remote {
+		s.remoteWrite(dest, seg, true) // it deletes there
+		return
+	}
 	for _, v := range dest.vals {
-		if strings.Contains(v, ":") && !strings.HasPrefix(v, "/") {
-			continue // a remote destination
-		}
 		at, located := s.targetsOf(litArg(v))
 		if p, abs := s.resolvePath(v); abs && (s.isFloorTree(p) || s.isFloorTree(s.followed(p, abs))) {
 			s.addAt("rm-system-dir", seg, "rsync --delete into "+p, at, located)

@@ -69,8 +69,20 @@ func (s *scanner) resolvePath(p string) (string, bool) {
 }
 
 // rawPath is resolvePath without the final cleaning: "a/../b" keeps its
-// "..", which the kernel applies after following a link.
+// "..", which the kernel applies after following a link. In a container
+// (remoteCtx with mounts) the path is the host path mounted there, or
+// not known when nothing of the host is.
 func (s *scanner) rawPath(p string) (string, bool) {
+	raw, abs := s.localPath(p)
+	if r := s.remote; r != nil && r.mounts != nil {
+		return r.hostPath(raw, abs)
+	}
+	return raw, abs
+}
+
+// localPath is rawPath where the command runs: ~ and relative paths
+// resolved, nothing mapped.
+func (s *scanner) localPath(p string) (string, bool) {
 	if p == "" {
 		return "", false
 	}

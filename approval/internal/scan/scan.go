@@ -65,6 +65,10 @@ type Finding struct {
 	// when that is what matched (x -rf / with x an alias of an earlier
 	// call could run rm -rf /).
 	Could string `json:"-"`
+	// Remote names the other host (or container) the command runs the
+	// matched command on, "" for this environment: confinement of the
+	// environment never relaxes such a finding.
+	Remote string `json:"-"`
 }
 
 // arg is one shell word after expansion as far as it can be done before
@@ -182,6 +186,7 @@ type scanner struct {
 	nodesLeft  int
 	halted     bool
 	pieceSeen  map[string]bool // pieces the fallback already read
+	remote     *remoteCtx      // the other host or container being checked, nil for this environment
 }
 
 // fdSource is what a descriptor opened with exec (exec 3<<<text, exec 3<
@@ -309,15 +314,7 @@ func newScanner(c Context) *scanner {
 
 // add records a finding once.
 func (s *scanner) add(id, seg, detail string) {
-	if s.silent {
-		return
-	}
-	key := id + "\x00" + seg + "\x00" + detail
-	if s.seen[key] {
-		return
-	}
-	s.seen[key] = true
-	s.findings = append(s.findings, Finding{Rule: mustRule(id), Command: seg, Detail: detail})
+	s.addAt(id, seg, detail, nil, false)
 }
 
 // maxSegments bounds the normalized commands kept for the deny patterns.
@@ -326,16 +323,29 @@ const maxSegments = 200000
 // addAt records a finding whose action reaches only targets (absolute
 // paths, links followed); located is false when some target is not known
 // before the command runs.
+//
+// What a command runs on another host (or in a container, through the
+// host paths mounted in it) is found as if it ran there, and never
+// located: the kernel that confines this environment does not confine
+// that host.
 func (s *scanner) addAt(id, seg, detail string, targets []string, located bool) {
 	if s.silent {
 		return
+	}
+	host := ""
+	if r := s.remote; r != nil {
+		if r.keep != nil && !r.keep[id] {
+			return // in a container: only what reaches the host's mounted paths
+		}
+		host, targets, located = r.host, nil, false
+		detail = strings.TrimSuffix("on "+r.host+": "+detail, ": ")
 	}
 	key := id + "\x00" + seg + "\x00" + detail
 	if s.seen[key] {
 		return
 	}
 	s.seen[key] = true
-	s.findings = append(s.findings, Finding{Rule: mustRule(id), Command: seg, Detail: detail, Targets: targets, Located: located})
+	s.findings = append(s.findings, Finding{Rule: mustRule(id), Command: seg, Detail: detail, Targets: targets, Located: located, Remote: host})
 }
 
 // targetsOf returns where the words land (absolute, links followed), and

@@ -8,6 +8,7 @@ type wrapped struct {
 	xargs  bool  // more arguments arrive at run time
 	script *arg  // shell text it runs (su -c, flock -c)
 	joined []arg // words it joins with spaces into shell text it runs (watch, ssh, sg)
+	host   string // it runs what it runs on this other host (ssh)
 	writes []arg // files it writes (sudoedit)
 	sets   []arg // variables it sets (NAME=value) or unsets (NAME) for inner
 	stdin  bool  // it runs a shell reading its script from stdin (at, script)
@@ -165,19 +166,25 @@ var wrappers = map[string]unwrapper{
 	},
 	"su":      suWrapper,
 	"runuser": suWrapper,
+	// ssh HOST CMD runs CMD there; ssh HOST alone runs the shell text on
+	// its stdin there (ssh -N, -f, -O run nothing).
 	"ssh": func(_ string, args []arg) wrapped {
 		o := parseOpts(args, "BbcDEeFIiJLlmOopQRSWw", nil, false)
-		if len(o.operands) > 1 {
-			rest := o.operands[1:]
-			if rest[0].first() == "--" {
-				rest = rest[1:]
-			}
-			if len(rest) == 0 {
-				return wrapped{}
-			}
-			return wrapped{joined: rest}
+		if len(o.operands) == 0 || o.has('N') || o.has('O') {
+			return wrapped{}
 		}
-		return wrapped{}
+		host := o.operands[0].show()
+		if _, h, ok := strings.Cut(host, "@"); ok {
+			host = h
+		}
+		rest := o.operands[1:]
+		if len(rest) > 0 && rest[0].first() == "--" {
+			rest = rest[1:]
+		}
+		if len(rest) == 0 {
+			return wrapped{host: host, stdin: true}
+		}
+		return wrapped{joined: rest, host: host}
 	},
 	// script -c TEXT runs TEXT in a shell; without -c, an interactive
 	// shell reading stdin.
