@@ -84,7 +84,7 @@ func remoteChecks() map[string]check {
 	docker := check{pathRules, func(s *scanner, c call) { s.container(c) }}
 	kube := check{nil, func(s *scanner, c call) { s.kubeExec(c) }}
 	return map[string]check{
-		"scp": {append([]string{"rm-system-dir"}, writeRules...), func(s *scanner, c call) { s.scp(c.args, c.seg) }},
+		"scp":    {append([]string{"rm-system-dir"}, writeRules...), func(s *scanner, c call) { s.scp(c.args, c.seg) }},
 		"docker": docker, "podman": docker,
 		"kubectl": kube, "oc": kube,
 	}

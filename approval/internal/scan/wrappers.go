@@ -4,15 +4,15 @@ import "strings"
 
 // wrapped is what a wrapper (sudo, env, xargs ...) runs.
 type wrapped struct {
-	inner  []arg // the command it runs
-	xargs  bool  // more arguments arrive at run time
-	script *arg  // shell text it runs (su -c, flock -c)
-	joined []arg // words it joins with spaces into shell text it runs (watch, ssh, sg)
+	inner  []arg  // the command it runs
+	xargs  bool   // more arguments arrive at run time
+	script *arg   // shell text it runs (su -c, flock -c)
+	joined []arg  // words it joins with spaces into shell text it runs (watch, ssh, sg)
 	host   string // it runs what it runs on this other host (ssh)
-	writes []arg // files it writes (sudoedit)
-	sets   []arg // variables it sets (NAME=value) or unsets (NAME) for inner
-	stdin  bool  // it runs a shell reading its script from stdin (at, script)
-	shell  []arg // it runs a shell with these arguments (capsh -- ARGS)
+	writes []arg  // files it writes (sudoedit)
+	sets   []arg  // variables it sets (NAME=value) or unsets (NAME) for inner
+	stdin  bool   // it runs a shell reading its script from stdin (at, script)
+	shell  []arg  // it runs a shell with these arguments (capsh -- ARGS)
 	tries  [][]arg
 	// tries are the command lines it may run when its options cannot be
 	// told from its command: every word that could start the command is
