@@ -24,8 +24,9 @@ import (
 //     writable tree itself (the workspace root), everything in it, or a
 //     directory above one still asks: that takes all the user gave the
 //     agent to work on;
-//   - kill -9 -1 (kill-all) and pkill -9 (kill-9-by-name) when the kernel
-//     confines signals: they reach the environment's own processes only.
+//   - kill -9 -1 (kill-all), pkill -9 (kill-9-by-name) and signals to
+//     berth's own processes (kill-berth) when the kernel confines signals:
+//     they reach the environment's own processes only.
 //
 // Everything else still asks (or is the floor): what a command runs on
 // another host or in a container (ssh, scp, rsync to HOST:PATH, docker
@@ -69,7 +70,7 @@ func confinedFindings(c Context, fs []Finding) []Finding {
 			out = append(out, f) // another host: this kernel does not confine it
 			continue
 		}
-		if c.SignalsConfined && (f.Rule.ID == "kill-all" || f.Rule.ID == "kill-9-by-name") {
+		if c.SignalsConfined && (f.Rule.ID == "kill-all" || f.Rule.ID == "kill-9-by-name" || f.Rule.ID == "kill-berth") {
 			continue
 		}
 		if f.Located && len(f.Targets) > 0 {

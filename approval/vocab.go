@@ -36,6 +36,10 @@ func LookupRule(id string) (Rule, bool) { return scan.LookupRule(id) }
 // machine's (see scan.NativeResolve).
 func NativeResolve(p string) string { return scan.NativeResolve(p) }
 
+// NativeParentPID returns the parent of process pid on this machine, or
+// "" (see scan.NativeParentPID): for Context.PPID.
+func NativeParentPID(pid string) string { return scan.NativeParentPID(pid) }
+
 // clip shortens text for a message.
 func clip(s string) string { return scan.Clip(s) }
 

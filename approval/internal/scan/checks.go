@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"mvdan.cc/sh/v3/syntax"
 )
 
 // call is one program run with its arguments, as a checker sees it.
@@ -121,7 +123,7 @@ func (s *scanner) command(argv []arg, io ioInfo, redir string) {
 	p := argv[0]
 	if p.dyn {
 		s.add("dynamic-command", seg, p.source())
-		s.couldRun(dynamicWho(p), argv[1:], io, seg, redir)
+		s.couldRunOnly(dynamicWho(p), argv[1:], io, seg, redir, nil, s.ifsTexts(argv))
 	}
 	if v, ok := p.lit(); ok && p.node != nil && splittable(p.node) && !s.ifsSet && !plainName(v) {
 		s.add("dynamic-command", seg, p.source()+": its words depend on IFS, which an earlier call may have set")
@@ -136,6 +138,11 @@ func (s *scanner) command(argv []arg, io ioInfo, redir string) {
 			continue
 		}
 		base := path.Base(n)
+		if strings.Contains(n, "/") {
+			if base = s.pathProgram(n, argv[1:], io, seg, redir); base == "" {
+				continue // a script the command wrote: checked as its text
+			}
+		}
 		if done[base] {
 			continue
 		}
@@ -181,8 +188,74 @@ func (s *scanner) program(name string, args []arg, io ioInfo, seg, redir string)
 		return
 	}
 	if c, ok := lookupCheck(name); ok {
+		if known := longOptions[name]; known != nil {
+			args = expandLong(args, known)
+		}
 		c.fn(s, call{name: name, args: args, io: io, seg: seg, redir: redir})
 	}
+}
+
+// longOptions are the long options of programs that, as GNU getopt does,
+// take any unique prefix of one (rm --rec --fo / is rm --recursive
+// --force /): their checks see the whole name.
+var longOptions = map[string][]string{
+	"rm":     {"force", "interactive", "one-file-system", "no-preserve-root", "preserve-root", "recursive", "dir", "verbose", "help", "version"},
+	"chmod":  chLong,
+	"chown":  append([]string{"from"}, chLong...),
+	"chgrp":  chLong,
+	"mv":     {"backup", "force", "interactive", "no-clobber", "strip-trailing-slashes", "suffix", "target-directory", "no-target-directory", "update", "verbose", "context", "exchange", "no-copy", "debug", "help", "version"},
+	"shred":  {"force", "iterations", "random-source", "size", "remove", "verbose", "exact", "zero", "help", "version"},
+	"wipefs": {"all", "backup", "force", "no-act", "no-headings", "offset", "output", "parsable", "quiet", "types", "lock", "help", "version"},
+	"sed":    {"quiet", "silent", "debug", "expression", "file", "follow-symlinks", "in-place", "line-length", "posix", "regexp-extended", "separate", "sandbox", "unbuffered", "null-data", "zero-terminated", "help", "version"},
+	"tar":    {"remove-files", "recursion", "recursive-unlink"},
+	"kill":   {"signal", "list", "table", "timeout", "queue", "verbose", "help", "version"},
+	"pkill":  {"signal", "count", "delimiter", "full", "pgroup", "group", "ignore-ancestors", "ignore-case", "newest", "oldest", "older", "parent", "session", "terminal", "euid", "uid", "exact", "pidfile", "logpidfile", "runstates", "ns", "nslist", "cgroup", "env", "echo", "inverse", "require-handler", "help", "version"},
+	"killall": {"exact", "ignore-case", "process-group", "interactive", "quiet", "regexp", "signal", "user", "verbose", "wait", "older-than", "younger-than", "ns", "context", "help", "version"},
+}
+
+var chLong = []string{"changes", "silent", "quiet", "verbose", "dereference", "no-dereference", "no-preserve-root", "preserve-root", "reference", "recursive", "help", "version"}
+
+// expandLong rewrites each long option of args that is a unique prefix of
+// one of known to its whole name (the =value kept); an exact name, an
+// ambiguous prefix (which the program refuses) and anything after -- stay
+// as written.
+func expandLong(args []arg, known []string) []arg {
+	out := args
+	for i, a := range args {
+		v, ok := a.lit()
+		if !ok || !strings.HasPrefix(v, "--") {
+			continue
+		}
+		if v == "--" {
+			break
+		}
+		name, val, hasEq := strings.Cut(v[2:], "=")
+		if name == "" || contains(known, name) {
+			continue
+		}
+		full := ""
+		for _, k := range known {
+			if strings.HasPrefix(k, name) {
+				if full != "" {
+					full = ""
+					break
+				}
+				full = k
+			}
+		}
+		if full == "" {
+			continue
+		}
+		if &out[0] == &args[0] {
+			out = append([]arg(nil), args...)
+		}
+		w := "--" + full
+		if hasEq {
+			w += "=" + val
+		}
+		out[i] = arg{vals: []string{w}, src: a.src, node: a.node, text: a.text}
+	}
+	return out
 }
 
 // opts is a command line parsed GNU style.
@@ -388,4 +461,37 @@ func (s *scanner) innerName(argv []arg) (string, []arg) {
 		argv = w.inner
 	}
 	return "", nil
+}
+
+// ifsTexts returns the command as the shell could read it when its words
+// hold unquoted $IFS or ${IFS}, which split them where they stand (with
+// the default IFS, a blank): rm${IFS}-rf${IFS}/ is rm -rf /. Nil when none
+// does.
+func (s *scanner) ifsTexts(argv []arg) []string {
+	var b strings.Builder
+	found := false
+	for i, a := range argv {
+		if a.node == nil {
+			return nil
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		for _, part := range a.node.Parts {
+			if pe, ok := part.(*syntax.ParamExp); ok && isParam(pe, "IFS") {
+				b.WriteByte(' ')
+				found = true
+				continue
+			}
+			from, to := int(part.Pos().Offset()), int(part.End().Offset())
+			if from < 0 || from > to || to > len(a.text) {
+				return nil
+			}
+			b.WriteString(a.text[from:to])
+		}
+	}
+	if !found {
+		return nil
+	}
+	return []string{b.String()}
 }

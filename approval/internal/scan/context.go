@@ -45,4 +45,12 @@ type Context struct {
 	// defines (from earlier calls): a command calling one runs whatever
 	// its definition says, which berth cannot see, so it is dynamic.
 	Names []string
+	// BerthPIDs are the process ids of berth's own processes that the
+	// environment's commands can signal (berth itself, the shell's parent
+	// when that is berth's), and PPID is $PPID in the environment's shell;
+	// both only when the environment shares this machine's processes.
+	// Signalling them (kill -9 $PPID, pkill berth) ends berth and every
+	// task's environment: kill-berth.
+	BerthPIDs []string
+	PPID      string
 }

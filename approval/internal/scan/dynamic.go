@@ -131,6 +131,13 @@ func namesPower(args []arg) bool {
 // which, for the finding) against the floor by what it could run, and
 // adds the floor findings of every candidate to seg.
 func (s *scanner) couldRun(who string, args []arg, io ioInfo, seg, redir string) {
+	s.couldRunOnly(who, args, io, seg, redir, nil, nil)
+}
+
+// couldRunOnly is couldRun keeping only the floor rules of only (all of
+// them when nil), and checking texts as scripts too (the command as the
+// shell could read it: $IFS as a blank).
+func (s *scanner) couldRunOnly(who string, args []arg, io ioInfo, seg, redir string, only map[string]bool, texts []string) {
 	if s.silent || s.forwarding >= maxForwarding {
 		return
 	}
@@ -148,27 +155,33 @@ func (s *scanner) couldRun(who string, args []arg, io ioInfo, seg, redir string)
 	findings, seen := s.findings, s.seen
 	segments, segSeen := s.segments, s.segSeen
 	cwd, pos, posKnown, ifsSet, stopped := s.cwd, s.pos, s.posKnown, s.ifsSet, s.stopped
-	vars := s.vars
-	if s.cloned+len(vars) <= maxCloned {
-		s.cloned += len(vars)
-		s.vars = maps.Clone(vars)
+	vars, arrays, files, copies := s.vars, s.arrays, s.files, s.copies
+	if s.cloned+len(vars)+len(arrays) <= maxCloned {
+		s.cloned += len(vars) + len(arrays)
+		s.vars, s.arrays = maps.Clone(vars), maps.Clone(arrays)
 	}
+	s.files, s.copies = maps.Clone(files), maps.Clone(copies)
 	s.findings, s.seen = nil, map[string]bool{}
 	s.segments, s.segSeen = nil, map[string]bool{}
 	var kept []Finding
 	keepFloor := func(from int, keep func(Finding) bool) {
 		for _, f := range s.findings[from:] {
-			if f.Rule.Level == Floor && (keep == nil || keep(f)) || s.stopped && !stopped {
+			if f.Rule.Level == Floor && (keep == nil || keep(f)) && (only == nil || only[f.Rule.ID]) || s.stopped && !stopped {
 				kept = append(kept, f)
 			}
 		}
 	}
 
-	// Its arguments as a command line, and its stdin as a script.
+	// Its arguments as a command line, its stdin as a script, and its
+	// arguments given to a shell (${SHELL} -c TEXT); the texts given.
 	if len(args) > 0 {
 		s.command(args, io, redir)
+		s.shell(args, io, seg)
 	}
 	s.stdinCode(io, seg, true)
+	for _, t := range texts {
+		s.script(t, seg)
+	}
 	keepFloor(0, nil)
 
 	// Its arguments given to each program the floor covers, at the values
@@ -190,7 +203,7 @@ func (s *scanner) couldRun(who string, args []arg, io ioInfo, seg, redir string)
 	s.findings, s.seen = findings, seen
 	s.segments, s.segSeen = segments, segSeen
 	s.cwd, s.pos, s.posKnown, s.ifsSet = cwd, pos, posKnown, ifsSet
-	s.vars = vars
+	s.vars, s.arrays, s.files, s.copies = vars, arrays, files, copies
 	// The first finding names the command in the BLOCKED message: by the
 	// order of the rules (rm-system-dir first), not of the programs.
 	sort.SliceStable(kept, func(i, j int) bool { return ruleOrder[kept[i].Rule.ID] < ruleOrder[kept[j].Rule.ID] })

@@ -393,6 +393,10 @@ func (s *scanner) copyLike(name string, args []arg, seg string) {
 	}
 	s.writeTarget(dest, seg)
 	s.intoDir(dest, sources, seg)
+	if len(sources) == 1 {
+		s.copied(sources[0], dest, false)
+		s.copied(sources[0], dest, true)
+	}
 }
 
 // sed checks sed -i: the files it edits are writes.
@@ -569,7 +573,12 @@ func selectiveFindTest(test string, rest []arg) bool {
 func (s *scanner) rsync(args []arg, seg string) {
 	del := false
 	for _, a := range args {
-		if v := a.first(); v == "--del" || strings.HasPrefix(v, "--delete") || v == "--remove-source-files" {
+		// rsync takes unique prefixes of long options: every prefix of
+		// --delete from --del on, and of --remove-source-files from
+		// --remov on, deletes.
+		name, _, _ := strings.Cut(a.first(), "=")
+		if len(name) >= len("--del") && strings.HasPrefix("--delete", name) || strings.HasPrefix(name, "--delete") ||
+			len(name) >= len("--remov") && strings.HasPrefix("--remove-source-files", name) {
 			del = true
 		}
 	}

@@ -236,6 +236,26 @@ func NativeResolve(p string) string {
 	return done
 }
 
+// NativeParentPID returns the parent of process pid on this machine (from
+// /proc), or "" when it cannot be read: the $PPID a shell of this
+// machine's sees.
+func NativeParentPID(pid string) string {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return ""
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	if !ok {
+		return ""
+	}
+	fields := strings.Fields(rest)
+	if len(fields) < 2 {
+		return ""
+	}
+	return fields[1]
+}
+
 // isSystemDir reports whether p (resolved, possibly a glob) names / or a
 // system directory or the home directory.
 func (s *scanner) isSystemDir(p string) bool {

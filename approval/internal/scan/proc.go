@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"regexp"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -28,13 +29,14 @@ func procChecks() map[string]check {
 			}
 		}
 	}}
-	byName := check{[]string{"kill-9-by-name"}, func(s *scanner, c call) {
+	byName := check{[]string{"kill-9-by-name", "kill-berth"}, func(s *scanner, c call) {
 		if sigKill(c.args) {
 			s.add("kill-9-by-name", c.seg, "")
 		}
+		s.killBerthByName(c)
 	}}
 	return map[string]check{
-		"kill":     {[]string{"kill-all"}, func(s *scanner, c call) { s.kill(c.args, c.seg) }},
+		"kill":     {[]string{"kill-all", "kill-berth"}, func(s *scanner, c call) { s.kill(c.args, c.seg) }},
 		"killall5": {[]string{"kill-all"}, func(s *scanner, c call) { s.add("kill-all", c.seg, "") }},
 		"pkill":    byName, "killall": byName,
 		"shutdown": power, "reboot": power, "halt": power, "poweroff": power,
@@ -74,10 +76,10 @@ func procChecks() map[string]check {
 	}
 }
 
-// kill checks for pid -1 (every process).
+// kill checks for pid -1 (every process), and for berth's own pids.
 func (s *scanner) kill(args []arg, seg string) {
 	i := 0
-	sigSeen := false
+	sigSeen, probe := false, false
 	for i < len(args) {
 		v := args[i].first()
 		switch {
@@ -87,14 +89,19 @@ func (s *scanner) kill(args []arg, seg string) {
 			return
 		case !sigSeen && (v == "-s" || v == "-n" || v == "--signal"):
 			sigSeen = true
+			probe = i+1 < len(args) && args[i+1].first() == "0"
 			i += 2
 			continue
 		case !sigSeen && len(v) > 1 && v[0] == '-':
 			sigSeen = true
+			probe = v == "-0" || v == "-s0" || v == "--signal=0"
 			i++
 			continue
 		}
 		break
+	}
+	if !probe && i < len(args) {
+		s.killBerth(args[i:], seg)
 	}
 	for ; i < len(args); i++ {
 		for _, v := range args[i].vals {
@@ -212,4 +219,113 @@ func (s *scanner) systemctl(args []arg, seg string) {
 	case "stop", "disable", "mask", "kill":
 		s.add("systemctl-stop", seg, verb)
 	}
+}
+
+// berthNames are the names of berth's programs.
+var berthNames = []string{"berth", "berth-engine"}
+
+// killBerth reports pids (kill's operands) that are berth's own
+// processes: a pid of Context.BerthPIDs (kill -9 $PPID from berth's
+// shell), or a $(pgrep berth) or $(pidof berth-engine).
+func (s *scanner) killBerth(pids []arg, seg string) {
+	if s.remote != nil {
+		return
+	}
+	for _, a := range pids {
+		for _, v := range a.vals {
+			if contains(s.ctx.BerthPIDs, strings.TrimSpace(v)) {
+				s.add("kill-berth", seg, "pid "+v+" is berth's")
+				return
+			}
+		}
+		if a.node == nil {
+			continue
+		}
+		found := false
+		s.visit(a.node, func(n syntax.Node) bool {
+			cs, ok := n.(*syntax.CmdSubst)
+			if !ok || len(cs.Stmts) != 1 || found {
+				return !found
+			}
+			name, argv := s.stageCommand(cs.Stmts[0])
+			if name == "pgrep" || name == "pidof" {
+				found = namesBerth(name, argv[1:])
+			}
+			return !found
+		})
+		if found {
+			s.add("kill-berth", seg, a.source()+" lists berth's processes")
+			return
+		}
+	}
+}
+
+// killBerthByName reports pkill and killall of berth's programs, with any
+// signal but 0 (a probe).
+func (s *scanner) killBerthByName(c call) {
+	if s.remote != nil {
+		return
+	}
+	for _, a := range c.args {
+		switch v := a.first(); v {
+		case "-0", "--signal=0", "-s0", "-l", "--list":
+			return
+		}
+	}
+	if namesBerth(c.name, c.args) {
+		s.add("kill-berth", c.seg, "berth's processes")
+	}
+}
+
+// namesBerth reports whether a pkill, pgrep, killall or pidof command
+// line picks berth's programs by name: a pattern (pkill, pgrep: a regular
+// expression, matched against the whole command line with -f) or a name
+// (killall, pidof: exact, or a regular expression with -r) that matches
+// berth or berth-engine.
+func namesBerth(prog string, args []arg) bool {
+	regex := prog == "pkill" || prog == "pgrep"
+	exact := false
+	valued := map[string]bool{"-s": true, "--signal": true, "-u": true, "--euid": true, "-U": true, "--uid": true, "-g": true, "--pgroup": true,
+		"-G": true, "--group": true, "-P": true, "--parent": true, "-t": true, "--terminal": true, "-F": true, "--pidfile": true,
+		"-o": true, "--older-than": true, "-y": true, "--younger-than": true, "-Z": true, "--context": true, "--ns": true, "--nslist": true, "-d": true, "--delimiter": true}
+	for i := 0; i < len(args); i++ {
+		v := args[i].first()
+		switch {
+		case valued[v]:
+			i++
+			continue
+		case v == "-r" || v == "--regexp":
+			regex = true
+			continue
+		case v == "-x" || v == "--exact" || v == "-e":
+			exact = true
+			continue
+		case strings.HasPrefix(v, "-") && len(v) > 1:
+			if strings.Contains(v[1:], "r") && !strings.HasPrefix(v, "--") && (prog == "killall") {
+				regex = true
+			}
+			continue
+		}
+		for _, val := range args[i].vals {
+			if val == "" {
+				continue
+			}
+			for _, name := range berthNames {
+				if !regex {
+					if val == name {
+						return true
+					}
+					continue
+				}
+				pat := val
+				if exact {
+					pat = "^(?:" + val + ")$"
+				}
+				if re, err := regexp.Compile(pat); err == nil && re.MatchString(name) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

@@ -56,6 +56,7 @@ var rules = []Rule{
 	{"chmod-recursive", Dangerous, "a recursive mode change touches every file in the tree"},
 	{"chown-recursive-root", Dangerous, "a recursive chown to root takes the files away from their user"},
 	{"dd-if", Dangerous, "dd with if= copies raw data and overwrites its output without asking"},
+	{"kill-berth", Dangerous, "signalling berth's own processes (kill $PPID from the shell berth started, pkill berth, killall berth-engine) ends berth and every task's environment with it"},
 	{"systemctl-stop", Dangerous, "stopping, disabling, masking or killing a system service can take the machine's services down"},
 	{"kill-9-by-name", Dangerous, "pkill/killall with SIGKILL kills every matching process without letting it clean up"},
 	{"pipe-to-shell", Dangerous, "running code fetched from the network (curl|sh, sh <(curl ...)) executes whatever the server sends"},

@@ -187,6 +187,9 @@ type scanner struct {
 	halted     bool
 	pieceSeen  map[string]bool // pieces the fallback already read
 	remote     *remoteCtx      // the other host or container being checked, nil for this environment
+	arrays     map[string][]arg // arrays whose elements are known (c=(a b), read -a, mapfile)
+	files      map[string]*string // files the command writes, by where they land: their text when known
+	copies     map[string]string  // programs the command copies or links, by where the copy lands: the program
 }
 
 // fdSource is what a descriptor opened with exec (exec 3<<<text, exec 3<
@@ -299,7 +302,7 @@ func newScanner(c Context) *scanner {
 		seen: map[string]bool{}, segSeen: map[string]bool{},
 		funcs: map[string]*syntax.FuncDecl{}, funcText: map[*syntax.FuncDecl]string{}, aliases: map[string]string{}, calling: map[string]bool{}, fds: map[string]fdSource{},
 		links: map[string]string{}, made: map[string]string{},
-		pieceSeen: map[string]bool{},
+		pieceSeen: map[string]bool{}, arrays: map[string][]arg{}, files: map[string]*string{}, copies: map[string]string{},
 	}
 	s.budget(0, 0)
 	if c.Cwd != "" && (path.IsAbs(c.Cwd) || c.Cwd == "~" || strings.HasPrefix(c.Cwd, "~/")) {
@@ -584,11 +587,16 @@ func (s *scanner) assign(as *syntax.Assign) {
 	if name == "IFS" {
 		s.ifsSet = true
 	}
-	switch {
-	case as.Naked:
+	if as.Naked {
 		return
+	}
+	s.assignArray(as)
+	switch {
 	case as.Array != nil || as.Index != nil:
 		s.vars[name] = unknown
+		if elems, ok := s.arrays[name]; ok {
+			s.vars[name] = argsCands(elems)
+		}
 	case as.Value == nil:
 		s.vars[name] = one("")
 	default:
@@ -625,6 +633,12 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 			}
 			redirText = append(redirText, r.Op.String()+" "+a.show())
 			writes = append(writes, a)
+			if r.N == nil || r.N.Value == "1" {
+				switch r.Op {
+				case syntax.RdrOut, syntax.RdrClob, syntax.AppOut, syntax.RdrAll, syntax.AppAll:
+					defer s.wrote(a, st, s.upstream[st], r.Op == syntax.AppOut || r.Op == syntax.AppAll)
+				}
+			}
 		case syntax.Hdoc, syntax.DashHdoc:
 			if r.N != nil && r.N.Value != "0" {
 				continue
@@ -752,6 +766,10 @@ func (s *scanner) segment(argv []arg, redir string) string {
 func (s *scanner) words(ws []*syntax.Word) []arg {
 	out := make([]arg, 0, len(ws))
 	for _, w := range ws {
+		if elems, ok := s.arrayWords(w); ok {
+			out = append(out, elems...)
+			continue
+		}
 		switch {
 		case s.posKnown && allPositional(w):
 			out = append(out, s.pos...)
@@ -1092,6 +1110,10 @@ func (s *scanner) lookup(name string) (cands, bool) {
 	case "PWD":
 		if s.cwd != "" {
 			return one(s.cwd), true
+		}
+	case "PPID":
+		if s.ctx.PPID != "" && s.remote == nil {
+			return one(s.ctx.PPID), true
 		}
 	case "BERTH_HOME":
 		if s.ctx.BerthHome != "" {

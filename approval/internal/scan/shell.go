@@ -45,6 +45,20 @@ func shellChecks() map[string]check {
 				s.scriptArg(args[0], c.seg)
 			}
 		}},
+		// hash -p PATH NAME makes NAME run PATH, as an alias would.
+		"hash": {nil, func(s *scanner, c call) {
+			o := parseOpts(c.args, "pt", nil, true)
+			if p, ok := o.val('p'); ok {
+				for _, name := range o.operands {
+					if v, lit := name.lit(); lit && isAliasName(v) {
+						s.aliases[v] = shellQuote(p.first())
+					}
+				}
+			}
+		}},
+		"make":    {[]string{"shell-from-pipe"}, func(s *scanner, c call) { s.make(c) }},
+		"gmake":   {[]string{"shell-from-pipe"}, func(s *scanner, c call) { s.make(c) }},
+		"crontab": {[]string{"dynamic-command"}, func(s *scanner, c call) { s.crontab(c) }},
 		"perl": {append([]string{"pipe-to-shell"}, writeRules...), inPlaceInterpreter},
 		"ruby": {append([]string{"pipe-to-shell"}, writeRules...), inPlaceInterpreter},
 	}
@@ -290,6 +304,9 @@ func (s *scanner) scriptFile(a arg, io ioInfo, seg string) {
 	fd, ok := fdPath(a.first())
 	switch {
 	case !ok:
+		if text, written := s.fileText(a.first()); written {
+			s.script(text, seg) // a script the command itself wrote
+		}
 	case fd == "0":
 		s.stdinCode(io, seg, true)
 	case s.fds[fd].text != nil:
@@ -391,6 +408,11 @@ func (s *scanner) stdinCode(io ioInfo, seg string, asShell bool) {
 		}
 	case "cat":
 		if len(operandsOnly(argv[1:])) > 0 {
+			if texts, ok := s.pipeOutput(io.up); ok {
+				for _, t := range texts {
+					s.script(t, seg) // a script the command wrote
+				}
+			}
 			return // a script file
 		}
 		for _, r := range lastSt.Redirs {
@@ -403,6 +425,12 @@ func (s *scanner) stdinCode(io ioInfo, seg string, asShell bool) {
 				return
 			}
 		}
+	}
+	if texts, ok := s.pipeOutput(io.up); ok {
+		for _, t := range texts {
+			s.script(t, seg) // text made from known text: base64 -d <<< ... | sh
+		}
+		return
 	}
 	s.add("shell-from-pipe", s.pipeSeg(io.up, seg), name)
 }
@@ -529,4 +557,9 @@ func (s *scanner) awk(args []arg, seg string) {
 // unescapeAwk decodes the escapes of an awk string literal.
 func unescapeAwk(v string) string {
 	return ansiC(v)
+}
+
+// shellQuote quotes v as one shell word.
+func shellQuote(v string) string {
+	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
 }

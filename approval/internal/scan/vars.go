@@ -35,6 +35,7 @@ func varChecks() map[string]check {
 				s.setsVarWord(a, c.seg)
 				for _, v := range a.vals {
 					delete(s.vars, v)
+					delete(s.arrays, v)
 				}
 			}
 		}},
@@ -157,6 +158,10 @@ func (s *scanner) read(c call) {
 		}
 		for _, v := range a.vals {
 			s.vars[v] = val
+			delete(s.arrays, v)
+			if isArray && known && len(c.io.fed.vals) == 1 {
+				s.arrays[v] = litArgs(vals[0]) // read -a: the fields, in order
+			}
 		}
 	}
 }
@@ -205,9 +210,17 @@ func (s *scanner) mapfile(c call) {
 			}
 		}
 		val = capCands(cands{vals: lines})
+		for _, v := range target.vals {
+			if len(fed.vals) == 1 {
+				s.arrays[v] = litArgs(lines) // the lines, in order
+			}
+		}
 	}
 	for _, v := range target.vals {
 		s.vars[v] = val
+		if val.dyn {
+			delete(s.arrays, v)
+		}
 	}
 }
 
@@ -378,4 +391,96 @@ func isParam(p syntax.WordPart, name string) bool {
 	pe, ok := p.(*syntax.ParamExp)
 	return ok && pe.Param != nil && pe.Param.Value == name && pe.Exp == nil && pe.Index == nil &&
 		pe.Slice == nil && pe.Repl == nil && !pe.Length && !pe.Excl && pe.NestedParam == nil && pe.Names == 0
+}
+
+// litArgs makes known words of values.
+func litArgs(vals []string) []arg {
+	out := make([]arg, len(vals))
+	for i, v := range vals {
+		out[i] = litArg(v)
+	}
+	return out
+}
+
+// argsCands is every value the words may have, as the candidates of one.
+func argsCands(as []arg) cands {
+	var c cands
+	for _, a := range as {
+		c.vals = append(c.vals, a.vals...)
+		c.dyn = c.dyn || a.dyn
+	}
+	return capCands(c)
+}
+
+// maxArray bounds the elements of an array berth keeps.
+const maxArray = 1024
+
+// assignArray keeps the elements of an array assignment: name=(a b c)
+// sets them, name+=(d) adds to them; any other assignment to the name
+// (an element, a scalar) leaves them unknown.
+func (s *scanner) assignArray(as *syntax.Assign) {
+	name := as.Name.Value
+	prev, had := s.arrays[name]
+	delete(s.arrays, name)
+	if as.Array == nil || as.Index != nil {
+		return
+	}
+	var elems []arg
+	if as.Append {
+		if !had {
+			return
+		}
+		elems = append(elems, prev...)
+	}
+	for _, e := range as.Array.Elems {
+		if e.Index != nil || e.Value == nil {
+			return // [k]=v: berth does not follow sparse arrays
+		}
+		elems = append(elems, s.words([]*syntax.Word{e.Value})...)
+		if len(elems) > maxArray {
+			return
+		}
+	}
+	s.arrays[name] = elems
+}
+
+// arrayWords expands a word that is a whole array whose elements are
+// known ("${c[@]}", ${c[@]}, ${c[*]}, "${c[*]}") as the shell does: one
+// word per element, split at blanks when unquoted, or one word of them
+// joined by a space for "${c[*]}". ok is false for any other word.
+func (s *scanner) arrayWords(w *syntax.Word) ([]arg, bool) {
+	ps, quoted := w.Parts, false
+	if len(ps) == 1 {
+		if dq, isDQ := ps[0].(*syntax.DblQuoted); isDQ {
+			ps, quoted = dq.Parts, true
+		}
+	}
+	if len(ps) != 1 {
+		return nil, false
+	}
+	pe, isPE := ps[0].(*syntax.ParamExp)
+	if !isPE || pe.Param == nil || pe.Index == nil || pe.Exp != nil || pe.Slice != nil || pe.Repl != nil || pe.Length || pe.Excl || pe.NestedParam != nil || pe.Names != 0 {
+		return nil, false
+	}
+	iw, isWord := pe.Index.(*syntax.Word)
+	if !isWord || iw.Lit() != "@" && iw.Lit() != "*" {
+		return nil, false
+	}
+	elems, ok := s.arrays[pe.Param.Value]
+	if !ok {
+		return nil, false
+	}
+	switch {
+	case quoted && iw.Lit() == "*":
+		j := s.joinArgs(elems)
+		j.node = w
+		return []arg{j}, true
+	case quoted:
+		return append([]arg(nil), elems...), true
+	}
+	var out []arg
+	for _, e := range elems {
+		out = append(out, s.split(e)...)
+	}
+	return out, true
 }

@@ -39,6 +39,9 @@ func (s *scanner) git(args []arg, seg string) {
 	}
 	sub := args[i].first()
 	rest := args[i+1:]
+	if known := gitLong[sub]; known != nil {
+		rest = expandLong(rest, known) // git takes unique prefixes too: --force-w is --force-with-lease
+	}
 	short := func(c string) bool {
 		for _, a := range rest {
 			v := a.first()
@@ -86,6 +89,12 @@ func (s *scanner) git(args []arg, seg string) {
 		}
 	case "push":
 		force := short("f") || long("--force", "--force-with-lease", "--mirror")
+		for _, a := range rest {
+			// --for, --forc: every option they could abbreviate forces.
+			if name, _, _ := strings.Cut(a.first(), "="); len(name) >= len("--for") && strings.HasPrefix("--force", name) {
+				force = true
+			}
+		}
 		for _, a := range rest {
 			if strings.HasPrefix(a.first(), "+") {
 				force = true
@@ -140,4 +149,15 @@ func (s *scanner) gitConfigValue(key string, val arg, seg string) {
 		}
 		s.scriptArg(val, seg)
 	}
+}
+
+// gitLong are the long options of the git subcommands the checks read.
+var gitLong = map[string][]string{
+	"push": {"all", "branches", "prune", "mirror", "dry-run", "porcelain", "delete", "tags", "follow-tags", "signed", "no-signed",
+		"atomic", "no-atomic", "push-option", "receive-pack", "exec", "force-with-lease", "no-force-with-lease", "force-if-includes",
+		"no-force-if-includes", "force", "repo", "set-upstream", "thin", "no-thin", "quiet", "verbose", "progress", "no-progress",
+		"recurse-submodules", "no-recurse-submodules", "verify", "no-verify", "ipv4", "ipv6"},
+	"clean":  {"force", "dry-run", "quiet", "exclude", "interactive"},
+	"reset":  {"hard", "soft", "mixed", "merge", "keep", "quiet", "no-quiet", "patch", "refresh", "no-refresh", "recurse-submodules", "no-recurse-submodules", "pathspec-from-file", "pathspec-file-nul", "intent-to-add"},
+	"branch": {"delete", "force", "move", "copy", "list", "all", "remotes", "verbose", "quiet", "track", "no-track", "set-upstream-to", "unset-upstream", "contains", "no-contains", "merged", "no-merged", "column", "no-column", "sort", "points-at", "format", "color", "no-color", "abbrev", "no-abbrev", "ignore-case", "omit-empty", "show-current", "create-reflog", "edit-description", "recurse-submodules"},
 }

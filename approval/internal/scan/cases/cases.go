@@ -9,6 +9,8 @@
 //	@names f x g        the session defined these functions or aliases
 //	                    in earlier calls (Context.Names), for the cases
 //	                    that follow; "@names" alone forgets them
+//	@berthpids 40 41    berth's own pids (Context.BerthPIDs), likewise
+//	@ppid 41            $PPID in the shell (Context.PPID), likewise
 //	floor rm-system-dir: rm -rf /
 //	ask rm-recursive: rm -rf src
 //	ok: echo "rm -rf /"
@@ -39,6 +41,9 @@ type Case struct {
 	Rule  string   // a rule that must decide it, or ""
 	Cmd   string   // the command
 	Names []string // Context.Names
+	// BerthPIDs and PPID are Context.BerthPIDs and Context.PPID.
+	BerthPIDs []string
+	PPID      string
 }
 
 func (c Case) String() string { return fmt.Sprintf("%s.txt:%d: %q", c.File, c.Line, c.Cmd) }
@@ -48,7 +53,8 @@ var caseLine = regexp.MustCompile(`^(ok|ask|floor)(?: ([a-z0-9-]+))?([:=]) (.*)$
 // Parse reads the cases of one file's text; family names them.
 func Parse(family, text string) ([]Case, error) {
 	var out []Case
-	var names []string
+	var names, pids []string
+	ppid := ""
 	for i, line := range strings.Split(text, "\n") {
 		n := i + 1
 		switch {
@@ -57,12 +63,20 @@ func Parse(family, text string) ([]Case, error) {
 		case line == "@names" || strings.HasPrefix(line, "@names "):
 			names = strings.Fields(strings.TrimPrefix(line, "@names"))
 			continue
+		case line == "@berthpids" || strings.HasPrefix(line, "@berthpids "):
+			pids = strings.Fields(strings.TrimPrefix(line, "@berthpids"))
+			continue
+		case line == "@ppid" || strings.HasPrefix(line, "@ppid "):
+			ppid = strings.TrimSpace(strings.TrimPrefix(line, "@ppid"))
+			continue
+		case strings.HasPrefix(line, "@"):
+			return nil, fmt.Errorf("%s.txt:%d: unknown directive %q (@names, @berthpids, @ppid)", family, n, line)
 		}
 		m := caseLine.FindStringSubmatch(line)
 		if m == nil {
 			return nil, fmt.Errorf("%s.txt:%d: %q is no case: want \"VERDICT [RULE]: COMMAND\" (ok, ask or floor)", family, n, line)
 		}
-		c := Case{File: family, Line: n, Want: m[1], Rule: m[2], Cmd: m[4], Names: names}
+		c := Case{File: family, Line: n, Want: m[1], Rule: m[2], Cmd: m[4], Names: names, BerthPIDs: pids, PPID: ppid}
 		if m[3] == "=" {
 			cmd, err := strconv.Unquote(m[4])
 			if err != nil {
