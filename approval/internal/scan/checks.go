@@ -199,17 +199,17 @@ func (s *scanner) program(name string, args []arg, io ioInfo, seg, redir string)
 // take any unique prefix of one (rm --rec --fo / is rm --recursive
 // --force /): their checks see the whole name.
 var longOptions = map[string][]string{
-	"rm":     {"force", "interactive", "one-file-system", "no-preserve-root", "preserve-root", "recursive", "dir", "verbose", "help", "version"},
-	"chmod":  chLong,
-	"chown":  append([]string{"from"}, chLong...),
-	"chgrp":  chLong,
-	"mv":     {"backup", "force", "interactive", "no-clobber", "strip-trailing-slashes", "suffix", "target-directory", "no-target-directory", "update", "verbose", "context", "exchange", "no-copy", "debug", "help", "version"},
-	"shred":  {"force", "iterations", "random-source", "size", "remove", "verbose", "exact", "zero", "help", "version"},
-	"wipefs": {"all", "backup", "force", "no-act", "no-headings", "offset", "output", "parsable", "quiet", "types", "lock", "help", "version"},
-	"sed":    {"quiet", "silent", "debug", "expression", "file", "follow-symlinks", "in-place", "line-length", "posix", "regexp-extended", "separate", "sandbox", "unbuffered", "null-data", "zero-terminated", "help", "version"},
-	"tar":    {"remove-files", "recursion", "recursive-unlink"},
-	"kill":   {"signal", "list", "table", "timeout", "queue", "verbose", "help", "version"},
-	"pkill":  {"signal", "count", "delimiter", "full", "pgroup", "group", "ignore-ancestors", "ignore-case", "newest", "oldest", "older", "parent", "session", "terminal", "euid", "uid", "exact", "pidfile", "logpidfile", "runstates", "ns", "nslist", "cgroup", "env", "echo", "inverse", "require-handler", "help", "version"},
+	"rm":      {"force", "interactive", "one-file-system", "no-preserve-root", "preserve-root", "recursive", "dir", "verbose", "help", "version"},
+	"chmod":   chLong,
+	"chown":   append([]string{"from"}, chLong...),
+	"chgrp":   chLong,
+	"mv":      {"backup", "force", "interactive", "no-clobber", "strip-trailing-slashes", "suffix", "target-directory", "no-target-directory", "update", "verbose", "context", "exchange", "no-copy", "debug", "help", "version"},
+	"shred":   {"force", "iterations", "random-source", "size", "remove", "verbose", "exact", "zero", "help", "version"},
+	"wipefs":  {"all", "backup", "force", "no-act", "no-headings", "offset", "output", "parsable", "quiet", "types", "lock", "help", "version"},
+	"sed":     {"quiet", "silent", "debug", "expression", "file", "follow-symlinks", "in-place", "line-length", "posix", "regexp-extended", "separate", "sandbox", "unbuffered", "null-data", "zero-terminated", "help", "version"},
+	"tar":     {"remove-files", "recursion", "recursive-unlink"},
+	"kill":    {"signal", "list", "table", "timeout", "queue", "verbose", "help", "version"},
+	"pkill":   {"signal", "count", "delimiter", "full", "pgroup", "group", "ignore-ancestors", "ignore-case", "newest", "oldest", "older", "parent", "session", "terminal", "euid", "uid", "exact", "pidfile", "logpidfile", "runstates", "ns", "nslist", "cgroup", "env", "echo", "inverse", "require-handler", "help", "version"},
 	"killall": {"exact", "ignore-case", "process-group", "interactive", "quiet", "regexp", "signal", "user", "verbose", "wait", "older-than", "younger-than", "ns", "context", "help", "version"},
 }
 

@@ -185,9 +185,9 @@ type scanner struct {
 	valuesLeft int
 	nodesLeft  int
 	halted     bool
-	pieceSeen  map[string]bool // pieces the fallback already read
-	remote     *remoteCtx      // the other host or container being checked, nil for this environment
-	arrays     map[string][]arg // arrays whose elements are known (c=(a b), read -a, mapfile)
+	pieceSeen  map[string]bool    // pieces the fallback already read
+	remote     *remoteCtx         // the other host or container being checked, nil for this environment
+	arrays     map[string][]arg   // arrays whose elements are known (c=(a b), read -a, mapfile)
 	files      map[string]*string // files the command writes, by where they land: their text when known
 	copies     map[string]string  // programs the command copies or links, by where the copy lands: the program
 }

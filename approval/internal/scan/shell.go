@@ -59,8 +59,8 @@ func shellChecks() map[string]check {
 		"make":    {[]string{"shell-from-pipe"}, func(s *scanner, c call) { s.make(c) }},
 		"gmake":   {[]string{"shell-from-pipe"}, func(s *scanner, c call) { s.make(c) }},
 		"crontab": {[]string{"dynamic-command"}, func(s *scanner, c call) { s.crontab(c) }},
-		"perl": {append([]string{"pipe-to-shell"}, writeRules...), inPlaceInterpreter},
-		"ruby": {append([]string{"pipe-to-shell"}, writeRules...), inPlaceInterpreter},
+		"perl":    {append([]string{"pipe-to-shell"}, writeRules...), inPlaceInterpreter},
+		"ruby":    {append([]string{"pipe-to-shell"}, writeRules...), inPlaceInterpreter},
 	}
 	awk := check{[]string{"dynamic-command", "shell-from-pipe"}, func(s *scanner, c call) { s.awk(c.args, c.seg) }}
 	for _, name := range []string{"awk", "gawk", "mawk", "nawk"} {
