@@ -40,7 +40,7 @@ func TestCasesThroughPolicy(t *testing.T) {
 	manual, off := DefaultPolicy(), mustPolicy(t, "off", nil, nil)
 	for _, c := range testCases(t) {
 		ctx := testCtx
-		ctx.Names, ctx.BerthPIDs, ctx.PPID = c.Names, c.BerthPIDs, c.PPID
+		ctx.Names, ctx.BerthPIDs, ctx.PPID, ctx.Definitions = c.Names, c.BerthPIDs, c.PPID, c.Definitions
 		for _, p := range []*Policy{manual, off} {
 			v := p.Check(c.Cmd, ctx)
 			want := c.Want

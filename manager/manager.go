@@ -146,6 +146,7 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 			}
 		}
 		c.Names = env.Session().Names()
+		c.Definitions = env.Session().Definitions()
 	}
 	if workdir != "" {
 		c.Cwd = workdir

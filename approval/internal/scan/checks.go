@@ -121,7 +121,10 @@ func (s *scanner) command(argv []arg, io ioInfo, redir string) {
 	seg := s.segment(argv, redir)
 	s.record(seg)
 	p := argv[0]
-	if p.dyn {
+	if p.dyn && s.inFunc > 0 && p.node != nil && positionalWord(p.node) {
+		// "$@" in the body of a function as it is defined: its words are
+		// the arguments of a call, checked where it is called.
+	} else if p.dyn {
 		s.add("dynamic-command", seg, p.source())
 		s.couldRunOnly(dynamicWho(p), argv[1:], io, seg, redir, nil, s.ifsTexts(argv))
 	}
@@ -494,4 +497,28 @@ func (s *scanner) ifsTexts(argv []arg) []string {
 		return nil
 	}
 	return []string{b.String()}
+}
+
+// positionalWord reports whether w is only positional parameters ("$@",
+// $1, "${2}", $*), quoted or not.
+func positionalWord(w *syntax.Word) bool {
+	ps := w.Parts
+	if len(ps) == 1 {
+		if dq, ok := ps[0].(*syntax.DblQuoted); ok {
+			ps = dq.Parts
+		}
+	}
+	if len(ps) == 0 {
+		return false
+	}
+	for _, p := range ps {
+		pe, ok := p.(*syntax.ParamExp)
+		if !ok || pe.Param == nil || pe.Exp != nil || pe.Index != nil || pe.Slice != nil || pe.Repl != nil || pe.Length || pe.Excl {
+			return false
+		}
+		if v := pe.Param.Value; v != "@" && v != "*" && !isDigits(v) {
+			return false
+		}
+	}
+	return true
 }

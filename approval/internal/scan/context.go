@@ -42,9 +42,16 @@ type Context struct {
 	// it left, and its own findings are not reported again.
 	Prelude string
 	// Names are the functions and aliases the session's shell already
-	// defines (from earlier calls): a command calling one runs whatever
-	// its definition says, which berth cannot see, so it is dynamic.
+	// defines (from earlier calls): a command calling one whose
+	// definition berth does not have (Definitions) runs what berth cannot
+	// see, so it is dynamic.
 	Names []string
+	// Definitions is shell text that defines functions and aliases the
+	// session's shell holds from earlier calls (declare -f and alias -p,
+	// as the shell printed them): a call of one is checked by what its
+	// definition runs, with its arguments. Names it does not define stay
+	// dynamic.
+	Definitions string
 	// BerthPIDs are the process ids of berth's own processes that the
 	// environment's commands can signal (berth itself, the shell's parent
 	// when that is berth's), and PPID is $PPID in the environment's shell;

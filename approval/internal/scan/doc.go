@@ -32,7 +32,9 @@
 // -rf /", grep "rm -rf") is an argument, not a command, and never matches.
 //
 // What the shell resolves before any program is followed too (flow.go):
-// a call of a function defined in the same text is checked where it is
+// a call of a function defined in the same text (or in an earlier call:
+// Context.Definitions, the session's declare -f and alias -p) is checked
+// where it is
 // called, its body walked with the arguments as $1 ... "$@"; an alias
 // defined in the text is expanded where it is used; set --, shift, read,
 // mapfile and printf -v assign the positional parameters and variables;
@@ -65,7 +67,10 @@
 //   - A program name that stays unknown ($EDITOR file, "$@", eval "$X",
 //     bash -c "$X", awk's system(cmd)) needs approval (rule
 //     dynamic-command): berth cannot see what runs. So does a function or
-//     alias the session defined in an earlier call (Context.Names), "$@"
+//     alias the session defined in an earlier call whose definition berth
+//     does not have (Context.Names without Context.Definitions; with it,
+//     a call is checked by what the definition runs, with its
+//     arguments, as one defined in the same text), "$@"
 //     at the top level (an earlier call may have set it), an expansion in
 //     command position whose words depend on an IFS an earlier call may
 //     have set, and a command_not_found_handle. Inside -c/eval text an

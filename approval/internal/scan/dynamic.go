@@ -10,8 +10,9 @@ import (
 
 // A command whose program berth cannot see is checked against the floor
 // by what it could run. That is a function or alias the session defined in
-// an earlier call (Context.Names: the session knows their names, not their
-// bodies), and a program name only known at run time ($CMD, "$RM"). Such a
+// an earlier call whose definition berth does not have (Context.Names
+// without Context.Definitions), and a program name only known at run time
+// ($CMD, "$RM"). Such a
 // command is dynamic-command (asked in manual mode), and it is blocked in
 // every mode when any of these could hit the floor:
 //

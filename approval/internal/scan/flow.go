@@ -14,11 +14,12 @@ const maxInline = 8
 
 // called handles a name the shell resolves before any program: an alias or
 // a function defined in the text (checked where it is called, with its
-// arguments bound to the positional parameters), or a function or alias
-// the session defined in an earlier call (Context.Names), whose body berth
-// cannot see: what it runs is only known at run time, so it is checked
-// against the floor by what it could run (couldRun). It reports whether
-// name was one of them.
+// arguments bound to the positional parameters; those of earlier calls'
+// definitions, Context.Definitions, are among them), or a function or
+// alias the session defined in an earlier call whose definition berth
+// does not have (Context.Names): what it runs is only known at run time,
+// so it is checked against the floor by what it could run (couldRun). It
+// reports whether name was one of them.
 func (s *scanner) called(name string, args []arg, io ioInfo, seg, redir string) bool {
 	if value, ok := s.aliases[name]; ok {
 		key := "alias " + name

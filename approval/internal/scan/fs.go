@@ -208,7 +208,7 @@ func (s *scanner) rm(name string, args []arg, io ioInfo, seg string) {
 			}
 		}
 	}
-	if rec && !routine {
+	if rec && !routine && (len(o.operands) > 0 || io.xargs) { // rm -rf alone removes nothing
 		s.addAt("rm-recursive", seg, "", at, located && !io.xargs)
 	}
 	if io.xargs && name == "rm" {

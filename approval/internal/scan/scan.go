@@ -231,7 +231,16 @@ func run(sc *shparse.Script, c Context) *scanner {
 		s.large(se.Error()) // refused unread: nothing in it is looked at
 		return s
 	}
-	s.budget(len(sc.Text)+len(c.Prelude), shparse.Measure(sc.Text).Elements+shparse.Measure(c.Prelude).Elements)
+	s.budget(len(sc.Text)+len(c.Prelude)+len(c.Definitions), shparse.Measure(sc.Text).Elements+shparse.Measure(c.Prelude).Elements+shparse.Measure(c.Definitions).Elements)
+	// The functions and aliases earlier calls defined: a call of one is
+	// checked by what it runs.
+	if c.Definitions != "" {
+		if f, err := shparse.Parse(c.Definitions); err == nil && s.charge(c.Definitions, f) {
+			s.silent, s.text, s.depth = true, c.Definitions, 1
+			s.walk(f)
+			s.silent, s.depth, s.steps, s.stopped = false, 0, 0, false
+		}
+	}
 	if c.Prelude != "" {
 		// What ran before in the same shell: its variables, functions,
 		// aliases, cd and set -- hold for the command; its findings were
@@ -333,6 +342,13 @@ const maxSegments = 200000
 // that host.
 func (s *scanner) addAt(id, seg, detail string, targets []string, located bool) {
 	if s.silent {
+		return
+	}
+	if s.inFunc > 0 && mustRule(id).Level != Floor {
+		// The body of a function where it is defined runs nothing: a call
+		// of it (here, or in a later call, through Context.Definitions)
+		// is checked by what the body runs with its arguments. The floor
+		// is kept: no call makes rm -rf / a routine removal.
 		return
 	}
 	host := ""

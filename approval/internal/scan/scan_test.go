@@ -45,7 +45,7 @@ func TestCases(t *testing.T) {
 	}
 	for _, c := range all {
 		ctx := testCtx
-		ctx.Names, ctx.BerthPIDs, ctx.PPID = c.Names, c.BerthPIDs, c.PPID
+		ctx.Names, ctx.BerthPIDs, ctx.PPID, ctx.Definitions = c.Names, c.BerthPIDs, c.PPID, c.Definitions
 		fs, _ := Scan(shparse.New(c.Cmd), ctx)
 		got, need := verdict(fs)
 		if got != c.Want {

@@ -11,6 +11,9 @@
 //	                    that follow; "@names" alone forgets them
 //	@berthpids 40 41    berth's own pids (Context.BerthPIDs), likewise
 //	@ppid 41            $PPID in the shell (Context.PPID), likewise
+//	@defs= "f () ..."   definitions of earlier calls' functions and
+//	                    aliases (Context.Definitions, a Go string
+//	                    literal), likewise; "@defs" alone forgets them
 //	floor rm-system-dir: rm -rf /
 //	ask rm-recursive: rm -rf src
 //	ok: echo "rm -rf /"
@@ -44,6 +47,8 @@ type Case struct {
 	// BerthPIDs and PPID are Context.BerthPIDs and Context.PPID.
 	BerthPIDs []string
 	PPID      string
+	// Definitions is Context.Definitions.
+	Definitions string
 }
 
 func (c Case) String() string { return fmt.Sprintf("%s.txt:%d: %q", c.File, c.Line, c.Cmd) }
@@ -54,7 +59,7 @@ var caseLine = regexp.MustCompile(`^(ok|ask|floor)(?: ([a-z0-9-]+))?([:=]) (.*)$
 func Parse(family, text string) ([]Case, error) {
 	var out []Case
 	var names, pids []string
-	ppid := ""
+	ppid, defs := "", ""
 	for i, line := range strings.Split(text, "\n") {
 		n := i + 1
 		switch {
@@ -69,14 +74,24 @@ func Parse(family, text string) ([]Case, error) {
 		case line == "@ppid" || strings.HasPrefix(line, "@ppid "):
 			ppid = strings.TrimSpace(strings.TrimPrefix(line, "@ppid"))
 			continue
+		case line == "@defs":
+			defs = ""
+			continue
+		case strings.HasPrefix(line, "@defs= "):
+			d, err := strconv.Unquote(strings.TrimPrefix(line, "@defs= "))
+			if err != nil {
+				return nil, fmt.Errorf("%s.txt:%d: @defs= takes a Go string literal: %v", family, n, err)
+			}
+			defs = d
+			continue
 		case strings.HasPrefix(line, "@"):
-			return nil, fmt.Errorf("%s.txt:%d: unknown directive %q (@names, @berthpids, @ppid)", family, n, line)
+			return nil, fmt.Errorf("%s.txt:%d: unknown directive %q (@names, @berthpids, @ppid, @defs)", family, n, line)
 		}
 		m := caseLine.FindStringSubmatch(line)
 		if m == nil {
 			return nil, fmt.Errorf("%s.txt:%d: %q is no case: want \"VERDICT [RULE]: COMMAND\" (ok, ask or floor)", family, n, line)
 		}
-		c := Case{File: family, Line: n, Want: m[1], Rule: m[2], Cmd: m[4], Names: names, BerthPIDs: pids, PPID: ppid}
+		c := Case{File: family, Line: n, Want: m[1], Rule: m[2], Cmd: m[4], Names: names, BerthPIDs: pids, PPID: ppid, Definitions: defs}
 		if m[3] == "=" {
 			cmd, err := strconv.Unquote(m[4])
 			if err != nil {
