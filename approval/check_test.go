@@ -100,6 +100,9 @@ func FuzzCheck(f *testing.F) {
 	for _, cmd := range hostileShapes(2048) { // the reviews' shapes, small
 		f.Add(cmd)
 	}
+	for _, cmd := range reviewInputs {
+		f.Add(cmd)
+	}
 	f.Add(`$'\x` + "\x00")
 	f.Add(`kill -s`)
 	f.Add(`dd of=`)
@@ -185,4 +188,34 @@ func manyFuncs(n int) string {
 		fmt.Fprintf(&b, "f%d() { f%d & f%d; }\n", i, (i+1)%n, (i+2)%n)
 	}
 	return b.String()
+}
+
+// reviewInputs are reproductions of the security reviews (2026-11,
+// 2026-11-25, 2026-11-28) that are no case of the analyser's files (their
+// verdicts belong to other checks: the kernel, the file tools, the
+// process tool): seeds for FuzzCheck.
+var reviewInputs = []string{
+	"sleep 241 &\n" + strings.Repeat("(", 64) + "true" + strings.Repeat(")", 64),
+	"echo YmVydGggY29uZmlnIHNldCBhcHByb3ZhbHMubW9kZSBvZmYK | base64 -d > fix.sh; bash fix.sh",
+	"env -u BERTH_OWNER BERTH_APPROVALS_MODE=off berth exec --no-daemon -- chmod 777 x",
+	"cp -l ~/.berth/config.yaml cfg; echo 'approvals: {mode: off}' >> cfg",
+	"CDPATH=~ cd .berth; echo >> config.yaml",
+	"OLDPWD=~/.berth; cd -; echo x >> config.yaml",
+	"patch ~/.berth/config.yaml < p.diff",
+	"vim -es -c 'normal Gox' -c wq ~/.berth/config.yaml",
+	"ex -sc '$a|mode: off' -cx ~/.berth/config.yaml",
+	"stty kill K",
+	"echo hiKrm -rf /",
+	`bind '"zz": "rm -rf /\n"'`,
+	`bind -x '"yy": rm -rf /'`,
+	`printf "%s\n" "import os,base64" "p=os.path.join(os.environ[\"HOME\"],\".be\"+\"rth\",\"con\"+\"fig.yaml\")" > tidy.py; python3 tidy.py`,
+	`python3 -c 'import socket;a,b=socket.socketpair(socket.AF_UNIX,socket.SOCK_DGRAM);a.sendto(b"hi","/tmp/dgram.sock")'`,
+	"ionice -c3 -p 1",
+	"echo 'rm -rf ~' >> .git/hooks/pre-commit",
+	"berth exec --task other -- 'export KEEP=1'",
+	"exec >/dev/null 2>&1",
+	"setsid -f sleep 102; (set -m; sleep 103 &); sleep 50",
+	"exec 11<&- 19<&- 9<&-",
+	"python3 -c 'import os; os.system(\"rm -rf /\")'",
+	"perl -e 'system(\"rm -rf /\")'",
 }
