@@ -275,38 +275,8 @@ func (s *scan) command(i int) int {
 		s.push('"', false)
 		s.word, s.cmd, s.cont = true, false, false
 		return i
-	case ';':
-		s.elems++
-		s.reset()
-		s.word, s.cmd, s.cont = false, true, false
-		return i
-	case '&':
-		s.elems++
-		s.word, s.cmd, s.cont = false, true, false
-		switch {
-		case i+1 < n && text[i+1] == '&':
-			s.bump()
-			s.cont = true
-			return i + 1
-		case i+1 < n && text[i+1] == '>':
-			s.cmd = false // &> and &>> redirect
-		default:
-			s.reset() // in the background: the statement ends
-		}
-		return i
-	case '|':
-		s.elems++
-		s.bump()
-		s.word, s.cmd, s.cont = false, true, true
-		if i+1 < n && (text[i+1] == '|' || text[i+1] == '&') {
-			return i + 1
-		}
-		return i
-	case '!':
-		s.elems++
-		s.bump()
-		s.word, s.cmd, s.cont = false, true, true
-		return i
+	case ';', '&', '|', '!':
+		return s.operator(i)
 	case '(':
 		s.elems++
 		s.word = false
@@ -369,6 +339,48 @@ func (s *scan) command(i int) int {
 		}
 	}
 	return s.wordAt(i)
+}
+
+// operator reads a list or pipeline operator at i (; & && | || |& !):
+// the end of a statement, or a link of its chain.
+func (s *scan) operator(i int) int {
+	text, c := s.text, s.text[i]
+	n := len(text)
+	switch c {
+	case ';':
+		s.elems++
+		s.reset()
+		s.word, s.cmd, s.cont = false, true, false
+		return i
+	case '&':
+		s.elems++
+		s.word, s.cmd, s.cont = false, true, false
+		switch {
+		case i+1 < n && text[i+1] == '&':
+			s.bump()
+			s.cont = true
+			return i + 1
+		case i+1 < n && text[i+1] == '>':
+			s.cmd = false // &> and &>> redirect
+		default:
+			s.reset() // in the background: the statement ends
+		}
+		return i
+	case '|':
+		s.elems++
+		s.bump()
+		s.word, s.cmd, s.cont = false, true, true
+		if i+1 < n && (text[i+1] == '|' || text[i+1] == '&') {
+			return i + 1
+		}
+		return i
+	case '!':
+		s.elems++
+		s.bump()
+		s.word, s.cmd, s.cont = false, true, true
+		return i
+	}
+	return i
 }
 
 // wordAt reads a word, or more of one, at i.

@@ -655,50 +655,8 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 					defer s.wrote(a, st, s.upstream[st], r.Op == syntax.AppOut || r.Op == syntax.AppAll)
 				}
 			}
-		case syntax.Hdoc, syntax.DashHdoc:
-			if r.N != nil && r.N.Value != "0" {
-				continue
-			}
-			if r.Hdoc != nil {
-				c := s.wordCands(r.Hdoc)
-				t := c.vals[0]
-				io.stdinText, io.fed = &t, &c
-			} else {
-				e := ""
-				io.stdinText, io.fed = &e, &cands{vals: []string{""}}
-			}
-		case syntax.WordHdoc:
-			if r.N != nil && r.N.Value != "0" {
-				continue
-			}
-			c := s.cross(s.wordCands(r.Word), one("\n"))
-			t := c.vals[0]
-			io.stdinText, io.fed = &t, &c
-		case syntax.RdrIn:
-			if r.N == nil || r.N.Value == "0" {
-				io.fed = nil
-				if ps := procSubstOf(r.Word); ps != nil {
-					io.up = ps.Stmts // bash < <(cmd)
-					io.fed = s.constOutput(ps.Stmts)
-				} else {
-					io.stdinFile = true
-				}
-			}
-		case syntax.DplIn:
-			if r.N == nil || r.N.Value == "0" {
-				io.fed = nil
-				if v, ok := s.word(r.Word).lit(); ok && v != "0" && v != "-" {
-					src, known := s.fds[v]
-					switch {
-					case known && src.text != nil:
-						io.stdinText = src.text
-					case known && src.up != nil:
-						io.up = src.up
-					default:
-						io.stdinUnknown = true
-					}
-				}
-			}
+		default:
+			s.stdinRedirect(r, &io)
 		}
 	}
 	s.openFds(st)
@@ -741,6 +699,58 @@ func (s *scanner) stmt(st *syntax.Stmt) {
 		}
 		s.command(argv, io, redir)
 		s.callIFS = ifs
+	}
+}
+
+// stdinRedirect notes what a redirection of a statement feeds its stdin:
+// a heredoc or here-string (known text), a file, a process substitution,
+// or a descriptor opened by exec.
+func (s *scanner) stdinRedirect(r *syntax.Redirect, io *ioInfo) {
+	switch r.Op {
+	case syntax.Hdoc, syntax.DashHdoc:
+		if r.N != nil && r.N.Value != "0" {
+			return
+		}
+		if r.Hdoc != nil {
+			c := s.wordCands(r.Hdoc)
+			t := c.vals[0]
+			io.stdinText, io.fed = &t, &c
+		} else {
+			e := ""
+			io.stdinText, io.fed = &e, &cands{vals: []string{""}}
+		}
+	case syntax.WordHdoc:
+		if r.N != nil && r.N.Value != "0" {
+			return
+		}
+		c := s.cross(s.wordCands(r.Word), one("\n"))
+		t := c.vals[0]
+		io.stdinText, io.fed = &t, &c
+	case syntax.RdrIn:
+		if r.N == nil || r.N.Value == "0" {
+			io.fed = nil
+			if ps := procSubstOf(r.Word); ps != nil {
+				io.up = ps.Stmts // bash < <(cmd)
+				io.fed = s.constOutput(ps.Stmts)
+			} else {
+				io.stdinFile = true
+			}
+		}
+	case syntax.DplIn:
+		if r.N == nil || r.N.Value == "0" {
+			io.fed = nil
+			if v, ok := s.word(r.Word).lit(); ok && v != "0" && v != "-" {
+				src, known := s.fds[v]
+				switch {
+				case known && src.text != nil:
+					io.stdinText = src.text
+				case known && src.up != nil:
+					io.up = src.up
+				default:
+					io.stdinUnknown = true
+				}
+			}
+		}
 	}
 }
 
