@@ -75,7 +75,7 @@ func TestTooDeepNeverSaved(t *testing.T) {
 	ctx := context.Background()
 	var saved [][]string
 	g := NewGate(nil, GateOptions{Persist: func(l []string) error { saved = append(saved, l); return nil }})
-	long := strings.Repeat("(:);", maxCommands+1)
+	long := strings.Repeat(":;", 20000+1) // more commands than the walk follows, fewer words than shparse.MaxElements
 	a := &scriptedAsker{answers: []Answer{AnswerAlways}}
 	d := g.Command(WithAsker(ctx, a), "s", long+"make build", testCtx)
 	if d.Outcome != ApprovedSession || d.Rule != "too-deep" || len(saved) != 0 {
@@ -83,7 +83,7 @@ func TestTooDeepNeverSaved(t *testing.T) {
 	}
 	for _, mode := range []string{"manual", "off"} {
 		p, _ := NewPolicy(mode, nil, nil)
-		for _, cmd := range []string{long + "rm -rf /", strings.Repeat(":;", maxCommands+1) + "rm -rf /", long + "echo x; kill -9 -1"} {
+		for _, cmd := range []string{long + "rm -rf /", strings.Repeat("(:);", 20000+1) + "rm -rf /", long + "echo x; kill -9 -1"} {
 			if v := p.Check(cmd, testCtx); v.Action != Block || v.By != ByFloor {
 				t.Errorf("mode %s, %d bytes ending in a floor command: %s by %q", mode, len(cmd), v.Action, v.By)
 			}

@@ -3,6 +3,8 @@ package approval
 import (
 	"path"
 	"strings"
+
+	"github.com/a55dbaac/berth/approval/internal/scan"
 )
 
 // Under workspace confinement (Context.Writable set) the kernel refuses
@@ -22,11 +24,14 @@ import (
 //     writable tree itself (the workspace root), everything in it, or a
 //     directory above one still asks: that takes all the user gave the
 //     agent to work on;
-//   - kill -9 -1 (kill-all) and pkill -9 (kill-9-by-name) when the kernel
-//     confines signals: they reach the environment's own processes only.
+//   - kill -9 -1 (kill-all), pkill -9 (kill-9-by-name) and signals to
+//     berth's own processes (kill-berth) when the kernel confines signals:
+//     they reach the environment's own processes only.
 //
-// Everything else still asks (or is the floor): what the kernel does not
-// cover — git push --force, SQL, a fetched script run, dynamic commands
+// Everything else still asks (or is the floor): what a command runs on
+// another host or in a container (ssh, scp, rsync to HOST:PATH, docker
+// exec, kubectl exec, docker run -v /:/h: Finding.Remote), whatever it
+// targets; what the kernel does not cover — git push --force, SQL, a fetched script run, dynamic commands
 // that may reach the network, fork bombs, power, a nested berth (its
 // daemon may run outside the confinement), BERTH_* variables — and a
 // finding with a target berth cannot place (a variable only known at run
@@ -61,12 +66,16 @@ func confinedFindings(c Context, fs []Finding) []Finding {
 	}
 	var out []Finding
 	for _, f := range fs {
-		if c.SignalsConfined && (f.Rule.ID == "kill-all" || f.Rule.ID == "kill-9-by-name") {
+		if f.Remote != "" {
+			out = append(out, f) // another host: this kernel does not confine it
 			continue
 		}
-		if f.located && len(f.targets) > 0 {
+		if c.SignalsConfined && (f.Rule.ID == "kill-all" || f.Rule.ID == "kill-9-by-name" || f.Rule.ID == "kill-berth") {
+			continue
+		}
+		if f.Located && len(f.Targets) > 0 {
 			all := map[place]bool{}
-			for _, t := range f.targets {
+			for _, t := range f.Targets {
 				all[placeOf(roots, t)] = true
 			}
 			if len(all) == 1 && all[outside] {
@@ -83,13 +92,13 @@ func confinedFindings(c Context, fs []Finding) []Finding {
 
 // placeOf says where p (absolute, possibly a glob) lies.
 func placeOf(roots []string, p string) place {
-	if hasGlob(p) {
+	if scan.HasGlob(p) {
 		dir := p
-		for hasGlob(dir) {
+		for scan.HasGlob(dir) {
 			dir = path.Dir(dir)
 		}
 		pl := placeOf(roots, dir)
-		if pl == root && (dir != path.Dir(p) || !matchesAnything(path.Base(p))) {
+		if pl == root && (dir != path.Dir(p) || !scan.MatchesAnything(path.Base(p))) {
 			return inside // some files in the tree, not all of it
 		}
 		return pl

@@ -1,6 +1,9 @@
 package approval
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Pattern keys: the names approvals are remembered and saved under, as in
 // the Hermes agent's approval flow. There an answer of "session" approves
@@ -29,10 +32,11 @@ type patternKey struct {
 // rule would let every later command of their kind through unseen: what a
 // dynamic command, a shell fed from a pipe or a text past berth's bounds
 // runs is not known, and a berth config write, a nested berth or a BERTH_*
-// variable lowers the gate itself.
+// variable lowers the gate itself, and a signal to berth's own processes
+// ends every task's environment.
 var narrowRules = map[string]bool{
 	"too-deep": true, "unparsed": true, "dynamic-command": true, "shell-from-pipe": true,
-	"write-berth-config": true, "nested-berth": true, "berth-env": true,
+	"write-berth-config": true, "nested-berth": true, "berth-env": true, "kill-berth": true,
 }
 
 // sqlKind returns the first word of the statement a sql-destructive
@@ -43,7 +47,7 @@ func sqlKind(f Finding) string {
 }
 
 func sqlIs(kinds ...string) func(Finding) bool {
-	return func(f Finding) bool { return contains(kinds, sqlKind(f)) }
+	return func(f Finding) bool { return slices.Contains(kinds, sqlKind(f)) }
 }
 
 func findExec(f Finding) bool   { return strings.HasPrefix(f.Detail, "-exec") }

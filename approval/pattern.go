@@ -3,7 +3,10 @@ package approval
 import (
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
+
+	"github.com/a55dbaac/berth/approval/internal/scan"
 )
 
 // Pattern is one entry of approvals.deny or command_allowlist.
@@ -54,77 +57,16 @@ func ParsePattern(s string) (Pattern, error) {
 	}
 	if id, ok := strings.CutPrefix(norm, "rule:"); ok {
 		id = strings.TrimSpace(id)
-		if _, known := ruleByID[id]; !known {
+		if _, known := LookupRule(id); !known {
 			return Pattern{}, fmt.Errorf("pattern %q: no rule %q (rules: %s)", s, id, strings.Join(ruleIDs(), ", "))
 		}
 		return Pattern{raw: s, rule: id}, nil
 	}
-	re, err := globRegexp(norm)
+	re, err := scan.GlobRegexp(norm)
 	if err != nil {
 		return Pattern{}, fmt.Errorf("pattern %q: %v", s, err)
 	}
 	return Pattern{raw: s, re: re}, nil
-}
-
-// globRegexp translates a glob into an anchored regular expression.
-func globRegexp(g string) (*regexp.Regexp, error) {
-	var b strings.Builder
-	b.WriteString(`(?s)^`)
-	for i := 0; i < len(g); i++ {
-		c := g[i]
-		switch c {
-		case '*':
-			b.WriteString(`.*`)
-		case '?':
-			b.WriteString(`.`)
-		case '\\':
-			if i+1 >= len(g) {
-				return nil, fmt.Errorf(`ends with a lone '\' (write '\\' for a backslash)`)
-			}
-			i++
-			b.WriteString(regexp.QuoteMeta(g[i : i+1]))
-		case '[':
-			j := i + 1
-			neg := false
-			if j < len(g) && (g[j] == '!' || g[j] == '^') {
-				neg = true
-				j++
-			}
-			start := j
-			if j < len(g) && g[j] == ']' {
-				j++
-			}
-			for j < len(g) && g[j] != ']' {
-				j++
-			}
-			if j >= len(g) {
-				return nil, fmt.Errorf("'[' at offset %d is never closed (write '\\[' for a literal bracket)", i)
-			}
-			body := g[start:j]
-			b.WriteByte('[')
-			if neg {
-				b.WriteByte('^')
-			}
-			for k := 0; k < len(body); k++ {
-				ch := body[k]
-				switch {
-				case ch == '-' && k > 0 && k < len(body)-1:
-					b.WriteByte('-')
-				case strings.IndexByte(`\]^-[`, ch) >= 0:
-					b.WriteByte('\\')
-					b.WriteByte(ch)
-				default:
-					b.WriteByte(ch)
-				}
-			}
-			b.WriteByte(']')
-			i = j
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	b.WriteString(`$`)
-	return regexp.Compile(b.String())
 }
 
 // EscapeGlob returns a pattern that matches s literally.
@@ -172,4 +114,14 @@ func parsePatterns(key string, list []string) ([]Pattern, []error) {
 		out = append(out, p)
 	}
 	return out, errs
+}
+
+// ruleIDs returns the ids of the rules, sorted, for error messages.
+func ruleIDs() []string {
+	var ids []string
+	for _, r := range Rules() {
+		ids = append(ids, r.ID)
+	}
+	sort.Strings(ids)
+	return ids
 }

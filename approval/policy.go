@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/a55dbaac/berth/approval/internal/scan"
 	"github.com/a55dbaac/berth/internal/shparse"
 )
 
@@ -40,53 +41,6 @@ func ParseMode(s string) (Mode, error) {
 		return "", fmt.Errorf("%s %q: berth does not support smart approvals (an LLM judging each command); use manual (ask the user) or off (never ask; the hardline floor and %s still hold)", KeyMode, s, KeyDeny)
 	}
 	return "", fmt.Errorf("%s %q: use manual (ask the user before dangerous commands, the default) or off (never ask; the hardline floor and %s still hold)", KeyMode, s, KeyDeny)
-}
-
-// Context is where a command or write would happen.
-type Context struct {
-	// Backend is the backend's name (local, ssh, docker, ...), for messages.
-	Backend string
-	// Sandboxed is true when the environment cannot damage any machine
-	// that matters: the backend reports that its commands run in an image
-	// of their own with nothing of the host mounted (backend.IsolationImage:
-	// a container or sandbox without host binds). Then the floor does not
-	// apply and nothing is asked; approvals.deny still holds.
-	Sandboxed bool
-	// Writable, when not nil, lists every directory tree the kernel lets
-	// the environment's commands write (workspace confinement): a write or
-	// removal anywhere else fails however the command is spelled.
-	Writable []string
-	// SignalsConfined is true when the kernel stops the environment's
-	// commands from signalling processes outside it.
-	SignalsConfined bool
-	// Cwd is the shell's working directory (absolute, or ~), for relative
-	// paths; "" if unknown.
-	Cwd string
-	// Home is the home directory inside the environment ($HOME there), ""
-	// if unknown: ~, $HOME and this path are the home either way.
-	Home string
-	// BerthHome and ConfigPath are berth's home directory and config file,
-	// whose writes need approval. Set them only when the environment shares
-	// the host's file system (the local backend).
-	BerthHome  string
-	ConfigPath string
-	// Resolve, when set, returns the path a (cleaned, absolute) path names
-	// once symbolic links are followed: the longest prefix that exists is
-	// resolved and the rest appended. Set it only when the environment's
-	// files are this machine's (NativeResolve): writes and recursive
-	// removals are then checked by where they land as well as by how they
-	// are spelled, so a link to berth's home or to the home directory does
-	// not hide them.
-	Resolve func(path string) string
-	// Prelude is shell text that ran before in the same shell (the earlier
-	// lines of input sent to a background shell): the command is checked
-	// with the variables, functions, aliases, cd and positional parameters
-	// it left, and its own findings are not reported again.
-	Prelude string
-	// Names are the functions and aliases the session's shell already
-	// defines (from earlier calls): a command calling one runs whatever
-	// its definition says, which berth cannot see, so it is dynamic.
-	Names []string
 }
 
 // Policy is the user's approval configuration: the mode and the deny and
@@ -216,21 +170,15 @@ func (p *Policy) Check(command string, c Context) Verdict {
 // CheckScript is Check for a command already parsed (shparse.New): the
 // caller's one parse of the command serves the check too.
 func (p *Policy) CheckScript(sc *shparse.Script, c Context) Verdict {
-	s := scan(sc, c)
-	return p.judge(clip(sc.Text), s.findings, s.segments, sc.Text, c)
+	findings, segments := scan.Scan(sc, c)
+	return p.judge(clip(sc.Text), findings, segments, sc.Text, c)
 }
 
 // CheckWrite checks a write by the file tools (write_file, patch) to path,
 // against the same sensitive paths as shell writes.
 func (p *Policy) CheckWrite(file string, c Context) Verdict {
-	s := newScanner(c)
-	shown := file
-	if r, abs := s.resolvePath(file); abs {
-		shown = r
-	}
-	seg := "write_file " + shown
-	s.writeTarget(litArg(file), seg)
-	return p.judge(seg, s.findings, []string{seg}, seg, c)
+	findings, seg := scan.ScanWrite(file, c)
+	return p.judge(seg, findings, []string{seg}, seg, c)
 }
 
 // judge turns findings into a verdict.
@@ -313,11 +261,16 @@ func (v Verdict) Decision(p *Policy) *Decision {
 		return nil
 	case v.Action == Allow:
 		return newDecision(Allowed, v.By, v.Need, v.Pattern, "")
+	case v.Action == Block && v.By == ByFloor && hasTooLarge(v.Need):
+		f := tooLarge(v.Need)
+		return newDecision(Blocked, ByFloor, append([]Finding{f}, v.Need...), "", fmt.Sprintf(
+			"BLOCKED: %s is too large for berth to check (%s), so it does not run through berth as it is. Nothing was run. Write large data or long scripts with the file tools (write_file) and run a short command on them, or split the command into smaller ones.",
+			quoteCmd(v.Subject), f.Detail))
 	case v.Action == Block && v.By == ByFloor:
 		f := v.Need[0]
 		what := quoteCmd(v.Subject) + " is"
-		if f.could != "" {
-			what = quoteCmd(v.Subject) + " could run " + quoteCmd(f.could) + ", which is"
+		if f.Could != "" {
+			what = quoteCmd(v.Subject) + " could run " + quoteCmd(f.Could) + ", which is"
 		}
 		return newDecision(Blocked, ByFloor, v.Need, "", fmt.Sprintf(
 			"BLOCKED: %s on berth's hardline floor (%s: %s) and never runs through berth, whatever %s or %s say. Nothing was run. Do not try another way; if it is really intended, the user must run it outside berth.",
@@ -337,4 +290,20 @@ func (v Verdict) Decision(p *Policy) *Decision {
 // quoteCmd shows a command in a message.
 func quoteCmd(s string) string {
 	return "`" + clip(s) + "`"
+}
+
+// hasTooLarge reports whether a finding is too-large: the check did not
+// read the whole command.
+func hasTooLarge(fs []Finding) bool {
+	return tooLarge(fs).Rule.ID != ""
+}
+
+// tooLarge returns the too-large finding of fs, if any.
+func tooLarge(fs []Finding) Finding {
+	for _, f := range fs {
+		if f.Rule.ID == "too-large" {
+			return f
+		}
+	}
+	return Finding{}
 }

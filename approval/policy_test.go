@@ -23,20 +23,21 @@ func TestFloorHoldsInModeOffAndOverAllowlist(t *testing.T) {
 	ssh := testCtx
 	ssh.Backend = "ssh"
 	n := 0
-	for _, tc := range checkCases {
-		if tc.want != floor {
+	for _, tc := range testCases(t) {
+		if tc.Want != floor {
 			continue
 		}
 		n++
 		for name, p := range map[string]*Policy{"mode off": off, "allowlist *": all} {
 			for _, c := range []Context{testCtx, ssh} {
-				v := p.Check(tc.cmd, c)
+				c.Names, c.BerthPIDs, c.PPID, c.Definitions = tc.Names, tc.BerthPIDs, tc.PPID, tc.Definitions
+				v := p.Check(tc.Cmd, c)
 				if v.Action != Block || v.By != ByFloor {
-					t.Errorf("%s on %s: %q ran (%s by %q)", name, c.Backend, tc.cmd, v.Action, v.By)
+					t.Errorf("%s on %s: %s ran (%s by %q)", name, c.Backend, tc, v.Action, v.By)
 				}
 				d := v.Decision(p)
 				if d.Allowed() || d.Outcome != Blocked || d.By != ByFloor || !strings.HasPrefix(d.Message, "BLOCKED: ") {
-					t.Errorf("%s: %q: decision %+v", name, tc.cmd, d)
+					t.Errorf("%s: %s: decision %+v", name, tc, d)
 				}
 			}
 		}

@@ -89,15 +89,17 @@ func TestWriteThroughLinkToBerthHome(t *testing.T) {
 
 // TestSessionNamesAreDynamic is N3 end to end: a function the session
 // defined in an earlier call runs whatever its body says, which the next
-// call's text does not show; the manager passes the session's names.
+// call's text does not show; the manager passes the session's names and,
+// since issue 28 (item 4), their definitions, so the call is checked by
+// what the body runs with its arguments (here a chmod 777, asked).
 func TestSessionNamesAreDynamic(t *testing.T) {
 	m, g, _ := setup(t, "", nil)
 	ctx := context.Background()
-	if r := m.Run(ctx, "k", terminal.Request{Command: `f() { echo "f:$*"; }`}); r.Error != nil {
+	if r := m.Run(ctx, "k", terminal.Request{Command: `f() { echo "f:$*"; chmod 777 "$@" 2>/dev/null; }`}); r.Error != nil {
 		t.Fatalf("definition: %s", *r.Error)
 	}
 	r := m.Run(ctx, "k", terminal.Request{Command: "f SESSION-FN-CALLED"})
-	if r.Approval == nil || r.Approval.Allowed() || r.Approval.Rule != "dynamic-command" {
+	if r.Approval == nil || r.Approval.Allowed() || r.Approval.Rule != "chmod-world-writable" {
 		t.Fatalf("calling a function defined in an earlier call: %+v %q", r.Approval, r.Output)
 	}
 	if strings.Contains(g.Sent(), "SESSION-FN-CALLED") {

@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -129,6 +130,14 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 			}
 			c.BerthHome, c.ConfigPath = m.cfg.Home, m.cfg.Path
 			c.Resolve = approval.NativeResolve
+			// berth's own processes, which a command must not signal
+			// unasked (kill -9 $PPID ends every task's environment).
+			c.BerthPIDs = []string{strconv.Itoa(os.Getpid())}
+			if pid := env.Session().ShellPID(); pid != "" {
+				if c.PPID = approval.NativeParentPID(pid); c.PPID != "" && c.PPID != c.BerthPIDs[0] {
+					c.BerthPIDs = append(c.BerthPIDs, c.PPID)
+				}
+			}
 			if c.Cwd == "" {
 				// Before its first command the shell's cwd is not known yet:
 				// on this machine's files it starts in terminal.cwd, read
@@ -137,6 +146,7 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 			}
 		}
 		c.Names = env.Session().Names()
+		c.Definitions = env.Session().Definitions()
 	}
 	if workdir != "" {
 		c.Cwd = workdir

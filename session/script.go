@@ -90,9 +90,10 @@ const commandEnv = "export PAGER=cat GIT_PAGER=cat GIT_TERMINAL_PROMPT=0\n"
 // first use.
 //
 // __berth_post prints the frame: the exit status, the cwd and, when asked
-// ($3 = 1), a snapshot of the exported variables (and, on bash, the names of
-// functions and aliases) that the session keeps to restore a shell that
-// died. Snapshots are skipped for commands that cannot change that state:
+// ($3 = 1), a snapshot of the exported variables (and, on bash, the names
+// and definitions of functions and aliases) that the session keeps to
+// restore a shell that died, and that the approval gate reads a call of
+// a function or alias by. Snapshots are skipped for commands that cannot change that state:
 // export -p is the most expensive part of a round trip. $4, when set, is a
 // large-stdin file to delete.
 //
@@ -145,6 +146,9 @@ __berth_post() {
     builtin printf '\001'
     builtin compgen -A function
     builtin compgen -a
+    builtin printf '\001'
+    builtin declare -f
+    builtin alias -p
   fi
   builtin printf '\000'
 }

@@ -67,6 +67,7 @@ import (
 	"github.com/a55dbaac/berth/internal/randhex"
 	"github.com/a55dbaac/berth/internal/shellword"
 	"github.com/a55dbaac/berth/internal/shparse"
+	"mvdan.cc/sh/v3/syntax"
 )
 
 // Options configures a session.
@@ -153,6 +154,7 @@ type Session struct {
 	cwd     string          // last known cwd
 	exports string          // last snapshot of exported variables (export -p)
 	names   map[string]bool // functions and aliases the shell defines
+	defs    string          // their definitions (declare -f, alias -p), berth's own left out
 	starts  int
 	closed  bool
 
@@ -245,6 +247,17 @@ func (s *Session) Names() []string {
 	return out
 }
 
+// Definitions reports the definitions of the functions and aliases the
+// shell is known to define, as shell text (declare -f and alias -p, as
+// of the last snapshot, berth's own helpers left out): a later call of
+// one runs what its definition says, and the approval gate checks it so.
+// It is "" when the shell cannot print them (sh).
+func (s *Session) Definitions() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.defs
+}
+
 // ShellPID reports the pid of the running shell inside the target, or ""
 // when none is running.
 func (s *Session) ShellPID() string {
@@ -270,7 +283,7 @@ func (s *Session) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopShell()
-	s.starts, s.exports, s.names, s.cwd = 0, "", nil, ""
+	s.starts, s.exports, s.names, s.defs, s.cwd = 0, "", nil, "", ""
 }
 
 // Close stops the shell and everything its commands started, interrupting
@@ -658,7 +671,8 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 // left out: a restored shell keeps the one it was started with, and
 // background jobs carry their own.
 func (s *Session) keepSnapshot(snap string) {
-	exports, names, _ := strings.Cut(snap, "\x01")
+	exports, rest, _ := strings.Cut(snap, "\x01")
+	names, defs, _ := strings.Cut(rest, "\x01")
 	exports = treeLine.ReplaceAllString(exports, "")
 	s.exports = strings.TrimRight(exports, "\n")
 	s.names = make(map[string]bool)
@@ -667,6 +681,30 @@ func (s *Session) keepSnapshot(snap string) {
 			s.names[n] = true
 		}
 	}
+	s.defs = userDefinitions(defs)
+}
+
+// userDefinitions returns the definitions of declare -f and alias -p
+// output that are the user's (berth's __berth_ helpers left out), or ""
+// when the text does not parse.
+func userDefinitions(defs string) string {
+	sc := shparse.New(defs)
+	if sc.Err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, st := range sc.File.Stmts {
+		if fd, ok := st.Cmd.(*syntax.FuncDecl); ok && fd.Name != nil && strings.HasPrefix(fd.Name.Value, "__berth_") {
+			continue
+		}
+		from, to := int(st.Pos().Offset()), int(st.End().Offset())
+		if from < 0 || from > to || to > len(defs) {
+			return ""
+		}
+		b.WriteString(defs[from:to])
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 // stdinInline is the largest stdin sent inline through the session; more

@@ -53,6 +53,47 @@ func deepForms(n int) map[string]string {
 		"heredoc in subst":        r("$(cat <<E\n", n) + "x\n",
 		"heredoc in heredoc":      r("cat <<E\n$(cat <<E\n", n) + "x\n",
 		"deep after flat heredoc": "cat <<'EOF'\nflat\nEOF\n" + r("(", n) + "true" + r(")", n),
+		// The 2026-11-28 review (F4 regressed, R3): prefixes and operators
+		// the parser recurses on, which no bracket shows.
+		"time":           r("time ", n) + "true",
+		"time -p":        r("time -p ", n) + "true",
+		"coproc":         r("coproc ", n) + "true",
+		"coproc a":       r("coproc a ", n) + "true",
+		"ternary":        "echo $((" + r("1?", n) + "1" + r(":1", n) + "))",
+		"assign":         "echo $((" + r("a=", n) + "1))",
+		"power":          "echo $((" + r("2**", n) + "2))",
+		"plus":           "echo $((" + r("1+", n) + "1))",
+		"minus":          "echo $((" + r("- ", n) + "1))",
+		"bitneg":         "echo $((" + r("~", n) + "1))",
+		"not":            "echo $((" + r("!", n) + "1))",
+		"let":            "let " + r("a=", n) + "1",
+		"let ops":        "let a=" + r("1+", n) + "1",
+		"index":          r("a[", n) + "1" + r("]", n) + "=x",
+		"index op":       "a[" + r("1?", n) + "1" + r(":1", n) + "]=x",
+		"slice":          "echo ${a:" + r("1+", n) + "1}",
+		"dollar[":        "echo $[" + r("1?", n) + "1" + r(":1", n) + "]",
+		"arith cmd ops":  "((" + r("a=", n) + "1))",
+		"subshell arith": "( ((" + r("a=", n) + "1)) )",
+		"for arith":      "for ((" + r("a=", n) + "1;;)); do :; done",
+		"test and":       "[[ " + r("a && ", n) + "a ]]",
+		"test or":        "[[ " + r("a ||\n", n) + "a ]]",
+		"test not":       "[[ " + r("! ", n) + "a ]]",
+		"func headers":   r("f() ", n) + "{ :; }",
+		"func lines":     r("f()\n", n) + "{ :; }",
+		"function kw":    r("function f ", n) + "{ :; }",
+		"function lines": r("function f\n", n) + "{ :; }",
+		"andand lines":   r("true &&\n", n) + "true",
+		"pipe lines":     r("true |\n", n) + "true",
+		"braces exp":     "echo " + r("{a,", n) + "b" + r("}", n),
+		// Text the earlier estimate took for a comment or a quote.
+		"after ${#x}":  "echo ${#x} " + r("(", n) + "1" + r(")", n),
+		"after $'\\''": "echo $'\\'' " + r("(", n) + "1" + r(")", n) + " '",
+		"after \\;#":   "echo \\;#x " + r("(", n) + "1" + r(")", n),
+		// Closers that are only words: they close nothing.
+		"fi as argument":   r("if :; then echo $x fi; ", n),
+		"} as argument":    r("{ echo }; ", n),
+		"done as argument": r("while :; do echo done; ", n),
+		"esac after subst": r("if :; then $(a) fi; ", n),
 	}
 }
 
@@ -172,5 +213,53 @@ func TestOnlyDoor(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// treeBound is how deep a tree may be for text Measure puts at depth d: a
+// few nodes per level it counts (a Stmt and its command, a word and its
+// part), and a few at the top.
+func treeBound(d int) int { return 4*d + 12 }
+
+// FuzzMeasure ties the estimate to the parser: whatever parses, its tree
+// (and so the parser's recursion, and any walk of the tree) is no deeper
+// than a few nodes per level the estimate counts. A production the
+// estimate misses shows here as a tree deeper than the bound, long before
+// it could overflow a stack.
+func FuzzMeasure(f *testing.F) {
+	for _, c := range deepForms(30) {
+		f.Add(c)
+	}
+	for _, c := range []string{"echo hi", "a | b && c || ! d", "f() { g; }", "cat <<EOF\n$(x)\nEOF\n", "echo \"$(a \"$(b)\")\""} {
+		f.Add(c)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		m := Measure(text)
+		if m.Depth > MaxNesting || m.Elements > MaxElements {
+			return
+		}
+		tree, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(text), "")
+		if err != nil {
+			return
+		}
+		if d := TreeDepth(tree, 1<<20); d > treeBound(m.Depth) {
+			t.Errorf("%q: tree %d deep, estimated %d (bound %d)", text, d, m.Depth, treeBound(m.Depth))
+		}
+	})
+}
+
+// TestTreeDepthStops: TreeDepth measures a tree and stops descending past
+// its limit.
+func TestTreeDepthStops(t *testing.T) {
+	f, err := Parse("( ( ( true ) ) )")
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := TreeDepth(f, 1000)
+	if full < 7 {
+		t.Fatalf("depth of three subshells: %d", full)
+	}
+	if d := TreeDepth(f, 3); d != 4 {
+		t.Errorf("TreeDepth with limit 3: %d, want 4 (past the limit)", d)
 	}
 }
