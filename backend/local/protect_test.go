@@ -18,6 +18,7 @@ import (
 	"github.com/a55dbaac/berth/backend/local/confine"
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/files"
+	"github.com/a55dbaac/berth/internal/testenv"
 	"github.com/a55dbaac/berth/terminal"
 )
 
@@ -27,12 +28,12 @@ import (
 func requireMountNS(t *testing.T) {
 	t.Helper()
 	requireConfinement(t)
-	if s := confine.Probe(); !s.MountNS {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("no mount namespace for the environment (CI is set: not skipping): %s", s.NoMountNS)
+	testenv.Need(t, testenv.Root, func() error {
+		if s := confine.Probe(); !s.MountNS {
+			return fmt.Errorf("no mount namespace for the environment: %s", s.NoMountNS)
 		}
-		t.Skipf("no mount namespace for the environment: %s", s.NoMountNS)
-	}
+		return nil
+	})
 }
 
 // berthConfigText is a config file in workspace mode with the gate asking.
@@ -346,12 +347,7 @@ func git(t testing.TB, dir string, args ...string) {
 // (vendor/lib).
 func repoInWorkspace(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("git not found (CI is set: not skipping)")
-		}
-		t.Skip("git not found")
-	}
+	testenv.Need(t, testenv.Landlock, testenv.Programs("git"))
 	ws := t.TempDir()
 	makeRepos(t, ws)
 	return ws
