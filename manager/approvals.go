@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/approval"
-	"github.com/a55dbaac/berth/backend/hostproc"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/internal/procmark"
 )
 
 // The approval keys mean something only to the approval engine, which
@@ -74,9 +74,9 @@ func Policy(cfg *config.Config) (*approval.Policy, error) {
 
 // Nested reports whether cfg belongs to a berth started inside another
 // berth's environment: its environment carries the owner mark
-// (hostproc.OwnerVar) the parent gives every command it runs.
+// (procmark.OwnerVar) the parent gives every command it runs.
 func Nested(cfg *config.Config) bool {
-	return cfg.Getenv(hostproc.OwnerVar) != ""
+	return cfg.Getenv(procmark.OwnerVar) != ""
 }
 
 // newGate builds the approval gate of cfg. config.Load has validated the
