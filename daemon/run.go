@@ -34,13 +34,15 @@ const getenvTimeout = 10 * time.Second
 
 // begin starts serving req: frames the caller sends meanwhile (read by
 // serveConn's reader into frames) are relayed to the call until end.
-func (s *Server) begin(c *wire.Conn, frames <-chan wire.Frame, req wire.Request) *call {
+// owner is the owner mark of the caller's process tree (callerEnv).
+func (s *Server) begin(c *wire.Conn, frames <-chan wire.Frame, req wire.Request, owner string) *call {
 	ctx, cancel := context.WithCancel(s.ctx)
 	cl := &call{
 		ctx: ctx, cancel: cancel, c: c, env: newCallerEnv(req.Inputs),
 		answers: make(chan wire.Frame, 1), envs: make(chan wire.Frame, 1),
 		done: make(chan struct{}), relayed: make(chan struct{}),
 	}
+	cl.env.owner = owner
 	cl.env.log = s.log.Debug
 	cl.env.ask = cl.getenv
 	go func() {

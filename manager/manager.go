@@ -39,7 +39,8 @@ type Manager struct {
 	log     *slog.Logger
 	procs   *process.Registry
 	gate    *approval.Gate
-	input   inputLines // unfinished lines of input to processes, for the gate
+	floor   approvalFloor // the loosest approval settings SetApprovals applies
+	input   inputLines    // unfinished lines of input to processes, for the gate
 	// progress hears about backends' long set-up steps; nil: nobody.
 	progress func(backend.Event)
 
@@ -90,11 +91,12 @@ func New(cfg *config.Config, log *slog.Logger) *Manager {
 		}
 		cfg = &c
 	}
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, log: log, envs: map[string]*entry{}, swept: map[string]bool{},
 		procs: process.NewRegistry(time.Duration(cfg.Terminal.Timeout) * time.Second),
-		gate:  newGate(cfg, log),
 	}
+	m.gate = newGate(cfg, log, &m.floor)
+	return m
 }
 
 // Gate returns the approval gate every command passes before it reaches an
