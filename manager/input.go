@@ -97,6 +97,11 @@ func (m *Manager) gateInput(ctx context.Context, key string, req process.Request
 		if err := shparse.Check(lines); err != nil {
 			return process.Result{"status": "error", "session_id": p.ID, "error": fmt.Sprintf("%s to %s refused: %v", req.Action, p.ID, err)}
 		}
+		if p.TTY {
+			if cmd := keyEditing(lines); cmd != "" {
+				return process.Result{"status": "error", "session_id": p.ID, "error": fmt.Sprintf("%s to %s refused: %s", req.Action, p.ID, keyEditingRefusal(cmd))}
+			}
+		}
 		c := m.approvalContext(m.liveEnv(key), p.Cwd)
 		c.Prelude, c.Names = prelude, nil // this shell's own history, not the session's
 		if d := m.gate.Command(ctx, key, lines, c); !d.Allowed() {

@@ -345,6 +345,11 @@ func (m *Manager) Background(ctx context.Context, key string, req terminal.Reque
 	if err := terminal.Validate(req); err != nil {
 		return process.StartError(err)
 	}
+	if req.PTY {
+		if cmd := keyEditing(req.Command); cmd != "" {
+			return process.StartError(fmt.Errorf("background process refused: %s", keyEditingRefusal(cmd)))
+		}
+	}
 	env, err := m.Env(ctx, key)
 	if err != nil {
 		return process.StartError(err)
