@@ -238,7 +238,7 @@ func TestSetApprovalsHoldsLowering(t *testing.T) {
 	// file's new entry is no lowering.
 	a := &asker{answers: []approval.Answer{approval.AnswerAlways}}
 	dir := t.TempDir()
-	if r := m.Run(approval.WithAsker(context.Background(), a), "k", terminal.Request{Command: "chmod 777 " + dir}); r.Approval == nil || r.Approval.Outcome != approval.ApprovedAlways {
+	if r := m.Run(context.Background(), "k", terminal.Request{Command: "chmod 777 " + dir}, manager.WithAsker(a)); r.Approval == nil || r.Approval.Outcome != approval.ApprovedAlways {
 		t.Fatalf("always answer: %+v", r.Approval)
 	}
 	cfg, err := config.Load(config.LoadOptions{Getenv: func(k string) string { return vars[k] }})

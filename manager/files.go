@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/files"
 	"github.com/a55dbaac/berth/terminal"
 )
@@ -19,8 +20,8 @@ const MaxContentBytes = 10 << 20
 // the manager is the one door, as database/sql.DB is for a driver, and
 // package files is the layer beneath it that checks nothing of policy.
 // A write the approval gate refuses returns an error wrapping
-// *approval.BlockedError, whose Decision says why; the Asker is taken from
-// ctx (approval.WithAsker), as for commands.
+// *approval.BlockedError, whose Decision says why; the user is asked
+// through the call's asker (WithAsker), as for commands.
 
 // ReadFile reads path in key's environment (the read_file tool).
 func (m *Manager) ReadFile(ctx context.Context, key, path string, offset, limit int) (files.ReadResult, error) {
@@ -33,13 +34,14 @@ func (m *Manager) ReadFile(ctx context.Context, key, path string, offset, limit 
 }
 
 // WriteFile writes content to path in key's environment (the write_file
-// tool), after the approval gate allowed the write.
-func (m *Manager) WriteFile(ctx context.Context, key, path, content string) (files.WriteResult, error) {
+// tool), after the approval gate allowed the write. opts give the call's
+// asker (Call).
+func (m *Manager) WriteFile(ctx context.Context, key, path, content string, opts ...CallOption) (files.WriteResult, error) {
 	if len(content) > MaxContentBytes {
 		return files.WriteResult{}, fmt.Errorf("write_file: content is %s; at most %s can be written in one call (write the file in parts: create it with the first part, then append the rest with the terminal, or generate it there)",
 			SizeText(len(content)), SizeText(MaxContentBytes))
 	}
-	env, check, err := m.writeCheck(ctx, key)
+	env, check, err := m.writeCheck(ctx, key, callOf(opts).Asker)
 	if err != nil {
 		return files.WriteResult{}, err
 	}
@@ -47,13 +49,14 @@ func (m *Manager) WriteFile(ctx context.Context, key, path, content string) (fil
 }
 
 // Patch replaces old with new in path in key's environment (the patch
-// tool), after the approval gate allowed the write.
-func (m *Manager) Patch(ctx context.Context, key, path, old, new string, replaceAll bool) (files.PatchResult, error) {
+// tool), after the approval gate allowed the write. opts give the call's
+// asker (Call).
+func (m *Manager) Patch(ctx context.Context, key, path, old, new string, replaceAll bool, opts ...CallOption) (files.PatchResult, error) {
 	if n := max(len(old), len(new)); n > MaxContentBytes {
 		return files.PatchResult{}, fmt.Errorf("patch: old_string or new_string is %s; each may be at most %s (use write_file or the terminal for larger changes)",
 			SizeText(n), SizeText(MaxContentBytes))
 	}
-	env, check, err := m.writeCheck(ctx, key)
+	env, check, err := m.writeCheck(ctx, key, callOf(opts).Asker)
 	if err != nil {
 		return files.PatchResult{}, err
 	}
@@ -79,7 +82,7 @@ func (m *Manager) Search(ctx context.Context, key string, req files.SearchReques
 // swapped between the check and the write cannot carry it into berth's
 // home or anywhere else the gate did not see (N2). A refusal is the
 // decision's *BlockedError.
-func (m *Manager) writeCheck(ctx context.Context, key string) (*terminal.Environment, files.Check, error) {
+func (m *Manager) writeCheck(ctx context.Context, key string, asker approval.Asker) (*terminal.Environment, files.Check, error) {
 	if key == "" {
 		key = DefaultKey
 	}
@@ -101,7 +104,7 @@ func (m *Manager) writeCheck(ctx context.Context, key string) (*terminal.Environ
 				return resolve(p)
 			}
 		}
-		if d := m.gate.Write(ctx, key, path, c); !d.Allowed() {
+		if d := m.gate.Write(ctx, key, path, c, asker); !d.Allowed() {
 			return d.Err()
 		}
 		env.Touch()

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/a55dbaac/berth/approval"
+	"github.com/a55dbaac/berth/manager"
 )
 
 // linkFarm is the scene of the N2 reproductions: a home with berth's home
@@ -91,7 +92,7 @@ func TestWriteLandsWhereItWasChecked(t *testing.T) {
 	// write_file h/.env: the user is asked about safe/.env (a .env file)
 	// and says once; meanwhile h turns to berth's home.
 	a := &flipAsker{flip: func() { f.point(t, berthHome) }}
-	_, err := m.WriteFile(approval.WithAsker(context.Background(), a), "k", filepath.Join(f.link, ".env"), "A=2\n")
+	_, err := m.WriteFile(context.Background(), "k", filepath.Join(f.link, ".env"), "A=2\n", manager.WithAsker(a))
 	if len(a.asked) != 1 {
 		t.Fatalf("questions %q; want one (a .env file)", a.asked)
 	}
@@ -109,7 +110,7 @@ func TestWriteLandsWhereItWasChecked(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.safe, ".env"), []byte("A=1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.Patch(approval.WithAsker(context.Background(), a), "k", filepath.Join(f.link, ".env"), "A=1", "A=3", false)
+	_, err = m.Patch(context.Background(), "k", filepath.Join(f.link, ".env"), "A=1", "A=3", false, manager.WithAsker(a))
 	if got := read(t, secrets); got != secret {
 		t.Errorf("berth's .env after a patch approved for safe/.env: %q; want it untouched", got)
 	}
@@ -131,7 +132,7 @@ func TestWriteLandsWhereItWasChecked(t *testing.T) {
 			t.Error(err)
 		}
 	}}
-	_, err = m.WriteFile(approval.WithAsker(context.Background(), b), "k", filepath.Join(real, ".env"), "A=4\n")
+	_, err = m.WriteFile(context.Background(), "k", filepath.Join(real, ".env"), "A=4\n", manager.WithAsker(b))
 	if got := read(t, secrets); got != secret {
 		t.Errorf("berth's .env after a directory on the way became a link to it: %q; want it untouched", got)
 	}
