@@ -13,7 +13,7 @@ func TestSessionCoversThePattern(t *testing.T) {
 	ctx := context.Background()
 	g := NewGate(nil, GateOptions{})
 	a := &scriptedAsker{answers: []Answer{AnswerSession, AnswerDeny}}
-	if d := g.Command(WithAsker(ctx, a), "s", "chmod 777 b", testCtx); d.Outcome != ApprovedSession {
+	if d := g.Command(ctx, "s", "chmod 777 b", testCtx, a); d.Outcome != ApprovedSession {
 		t.Fatalf("chmod 777 b: %+v", d)
 	}
 	q := a.questions[0]
@@ -21,16 +21,16 @@ func TestSessionCoversThePattern(t *testing.T) {
 		!strings.Contains(q.Always, `"world/other-writable permissions"`) || !strings.Contains(q.Text(), q.Session) {
 		t.Errorf("the question does not say what session and always allow:\n%s", q.Text())
 	}
-	if d := g.Command(WithAsker(ctx, a), "s", "chmod o+w c", testCtx); d.Outcome != ApprovedSession || a.asked() != 1 {
+	if d := g.Command(ctx, "s", "chmod o+w c", testCtx, a); d.Outcome != ApprovedSession || a.asked() != 1 {
 		t.Fatalf("chmod o+w c after session: %+v, asked %d times", d, a.asked())
 	}
-	if d := g.Command(WithAsker(ctx, a), "s", "chmod -R 755 d", testCtx); d.Outcome != Denied || a.asked() != 2 {
+	if d := g.Command(ctx, "s", "chmod -R 755 d", testCtx, a); d.Outcome != Denied || a.asked() != 2 {
 		t.Fatalf("another pattern (chmod-recursive) was not asked: %+v", d)
 	}
 	// Hermes' finer keys: find -delete is not find -exec rm.
 	b := &scriptedAsker{answers: []Answer{AnswerSession, AnswerDeny}}
-	g.Command(WithAsker(ctx, b), "s", "find . -name '*.o' -delete", testCtx)
-	if d := g.Command(WithAsker(ctx, b), "s", "find . -name '*.o' -exec rm {} +", testCtx); d.Outcome != Denied {
+	g.Command(ctx, "s", "find . -name '*.o' -delete", testCtx, b)
+	if d := g.Command(ctx, "s", "find . -name '*.o' -exec rm {} +", testCtx, b); d.Outcome != Denied {
 		t.Fatalf("find -exec rm was covered by a session approval of find -delete: %+v", d)
 	}
 }
@@ -50,14 +50,14 @@ func TestNarrowRulesPerCommand(t *testing.T) {
 		{`export BERTH_HOME=/tmp/a`, `export BERTH_APPROVALS_MODE=off`},
 	} {
 		a := &scriptedAsker{answers: []Answer{AnswerAlways, AnswerDeny}}
-		d := g.Command(WithAsker(ctx, a), "s", tc.cmd, testCtx)
+		d := g.Command(ctx, "s", tc.cmd, testCtx, a)
 		if d.Outcome != ApprovedSession || a.questions[0].Always != "" || !strings.Contains(a.questions[0].Text(), "always is not offered") {
 			t.Fatalf("%s answered always: %+v\n%s", tc.cmd, d, a.questions[0].Text())
 		}
-		if d := g.Command(WithAsker(ctx, a), "s", tc.cmd, testCtx); d.Outcome != ApprovedSession || a.asked() != 1 {
+		if d := g.Command(ctx, "s", tc.cmd, testCtx, a); d.Outcome != ApprovedSession || a.asked() != 1 {
 			t.Errorf("%s again in the session: %+v, asked %d", tc.cmd, d, a.asked())
 		}
-		if d := g.Command(WithAsker(ctx, a), "s", tc.other, testCtx); d.Outcome != Denied {
+		if d := g.Command(ctx, "s", tc.other, testCtx, a); d.Outcome != Denied {
 			t.Errorf("%s after approving %s: %+v, want asked (and denied)", tc.other, tc.cmd, d)
 		}
 	}
@@ -77,7 +77,7 @@ func TestTooDeepNeverSaved(t *testing.T) {
 	g := NewGate(nil, GateOptions{Persist: func(l []string) error { saved = append(saved, l); return nil }})
 	long := strings.Repeat(":;", 20000+1) // more commands than the walk follows, fewer words than shparse.MaxElements
 	a := &scriptedAsker{answers: []Answer{AnswerAlways}}
-	d := g.Command(WithAsker(ctx, a), "s", long+"make build", testCtx)
+	d := g.Command(ctx, "s", long+"make build", testCtx, a)
 	if d.Outcome != ApprovedSession || d.Rule != "too-deep" || len(saved) != 0 {
 		t.Fatalf("always on too-deep: %+v, saved %q", d, saved)
 	}
@@ -89,7 +89,7 @@ func TestTooDeepNeverSaved(t *testing.T) {
 			}
 		}
 	}
-	if d := g.Command(WithAsker(ctx, &scriptedAsker{}), "s", long+"rm -rf /", testCtx); d.Outcome != Blocked || d.By != ByFloor {
+	if d := g.Command(ctx, "s", long+"rm -rf /", testCtx, &scriptedAsker{}); d.Outcome != Blocked || d.By != ByFloor {
 		t.Errorf("after the answer: %+v", d)
 	}
 }
@@ -198,7 +198,7 @@ func TestUnparsedIsNoForbiddenAction(t *testing.T) {
 		`bash -c 'echo "unclosed'`:                    "the shell text of",
 		"echo ok\ncase $x in a) echo a;;\nesac )\nls": "3:6:",
 	} {
-		d := g.Command(context.Background(), "s", cmd, testCtx)
+		d := g.Command(context.Background(), "s", cmd, testCtx, nil)
 		if d.Allowed() || d.Rule != "unparsed" {
 			t.Errorf("%q: %+v", cmd, d)
 			continue
@@ -213,7 +213,7 @@ func TestUnparsedIsNoForbiddenAction(t *testing.T) {
 		}
 	}
 	// A floor command in unparsed text is still the floor.
-	if d := g.Command(context.Background(), "s", `rm -rf / 'unclosed`, testCtx); d.By != ByFloor {
+	if d := g.Command(context.Background(), "s", `rm -rf / 'unclosed`, testCtx, nil); d.By != ByFloor {
 		t.Errorf("floor in unparsed text: %+v", d)
 	}
 }

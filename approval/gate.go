@@ -189,21 +189,6 @@ var ErrCannotAsk = errors.New("cannot ask the user")
 // without running anything.
 var ErrAskPending = errors.New("the question was sent to the client; the answer comes with the retried call")
 
-type askerKey struct{}
-
-// WithAsker returns a context that carries the Asker for one call: the MCP
-// server puts an elicitation asker there, the interactive shell a terminal
-// prompt.
-func WithAsker(ctx context.Context, a Asker) context.Context {
-	return context.WithValue(ctx, askerKey{}, a)
-}
-
-// AskerFrom returns the Asker of ctx, or nil.
-func AskerFrom(ctx context.Context) Asker {
-	a, _ := ctx.Value(askerKey{}).(Asker)
-	return a
-}
-
 // DefaultTimeout is how long the Gate waits for an answer by default (the
 // reference's approvals.timeout).
 const DefaultTimeout = 60 * time.Second
@@ -272,24 +257,26 @@ func (g *Gate) EndSession(session string) {
 
 // Command decides whether command may run in session's environment. A nil
 // decision means no rule matched; otherwise Decision.Allowed says whether
-// to run it and Decision.Message is the BLOCKED text when not. The Asker is
-// taken from ctx (WithAsker); without one, a command that needs approval is
-// blocked.
-func (g *Gate) Command(ctx context.Context, session, command string, c Context) *Decision {
-	return g.CommandScript(ctx, session, shparse.New(command), c)
+// to run it and Decision.Message is the BLOCKED text when not. a asks the
+// user when a rule needs approval (the MCP client's elicitation, a
+// terminal prompt); with a nil a, a command that needs approval is
+// blocked. The asker is an argument of the call, never something found in
+// ctx: who may say yes changes what runs, and is not to be hidden.
+func (g *Gate) Command(ctx context.Context, session, command string, c Context, a Asker) *Decision {
+	return g.CommandScript(ctx, session, shparse.New(command), c, a)
 }
 
 // CommandScript is Command for a command already parsed (shparse.New), so
 // that the caller's one parse serves the gate, the session and the result.
-func (g *Gate) CommandScript(ctx context.Context, session string, sc *shparse.Script, c Context) *Decision {
+func (g *Gate) CommandScript(ctx context.Context, session string, sc *shparse.Script, c Context, a Asker) *Decision {
 	p := g.Policy()
-	return g.decide(ctx, session, p, p.CheckScript(sc, c), c, "command")
+	return g.decide(ctx, session, p, p.CheckScript(sc, c), c, "command", a)
 }
 
 // Write decides whether a file tool may write path, like Command.
-func (g *Gate) Write(ctx context.Context, session, file string, c Context) *Decision {
+func (g *Gate) Write(ctx context.Context, session, file string, c Context, a Asker) *Decision {
 	p := g.Policy()
-	return g.decide(ctx, session, p, p.CheckWrite(file, c), c, "write")
+	return g.decide(ctx, session, p, p.CheckWrite(file, c), c, "write", a)
 }
 
 // sessionKey names what a session approval of f covers, as in Hermes:
@@ -338,7 +325,7 @@ func scope(need []Finding) (session, always string, keys []string) {
 	return session, always, keys
 }
 
-func (g *Gate) decide(ctx context.Context, session string, p *Policy, v Verdict, c Context, kind string) *Decision {
+func (g *Gate) decide(ctx context.Context, session string, p *Policy, v Verdict, c Context, kind string, asker Asker) *Decision {
 	if v.Action != Ask {
 		return v.Decision(p)
 	}
@@ -353,7 +340,6 @@ func (g *Gate) decide(ctx context.Context, session string, p *Policy, v Verdict,
 	if approved {
 		return newDecision(ApprovedSession, ByUser, v.Need, "", "")
 	}
-	asker := AskerFrom(ctx)
 	if asker == nil {
 		return g.blocked(p, v, "no one can be asked here (no MCP client with elicitation, no terminal)")
 	}

@@ -51,7 +51,7 @@ func TestGateAnswers(t *testing.T) {
 
 	once := &scriptedAsker{answers: []Answer{AnswerOnce, AnswerOnce}}
 	for range 2 {
-		d := g.Command(WithAsker(ctx, once), "s1", "git push --force", testCtx)
+		d := g.Command(ctx, "s1", "git push --force", testCtx, once)
 		if !d.Allowed() || d.Outcome != ApprovedOnce || d.By != ByUser || d.Rule != "git-push-force" {
 			t.Fatalf("once: %+v", d)
 		}
@@ -68,28 +68,28 @@ func TestGateAnswers(t *testing.T) {
 	}
 
 	sess := &scriptedAsker{answers: []Answer{AnswerSession}}
-	d := g.Command(WithAsker(ctx, sess), "s1", "git reset --hard", testCtx)
+	d := g.Command(ctx, "s1", "git reset --hard", testCtx, sess)
 	if d.Outcome != ApprovedSession {
 		t.Fatalf("session: %+v", d)
 	}
-	d = g.Command(WithAsker(ctx, sess), "s1", "git reset --hard", testCtx)
+	d = g.Command(ctx, "s1", "git reset --hard", testCtx, sess)
 	if d.Outcome != ApprovedSession || sess.asked() != 1 {
 		t.Fatalf("second call in the session: %+v, asked %d", d, sess.asked())
 	}
 	// Another session, or the session after it ended, is asked again.
 	other := &scriptedAsker{answers: []Answer{AnswerDeny, AnswerDeny}}
-	if d := g.Command(WithAsker(ctx, other), "s2", "git reset --hard", testCtx); d.Outcome != Denied || d.Allowed() {
+	if d := g.Command(ctx, "s2", "git reset --hard", testCtx, other); d.Outcome != Denied || d.Allowed() {
 		t.Fatalf("other session: %+v", d)
 	}
 	g.EndSession("s1")
-	if d := g.Command(WithAsker(ctx, other), "s1", "git reset --hard", testCtx); d.Outcome != Denied || d.By != ByUser || !strings.HasPrefix(d.Message, "BLOCKED: the user denied") {
+	if d := g.Command(ctx, "s1", "git reset --hard", testCtx, other); d.Outcome != Denied || d.By != ByUser || !strings.HasPrefix(d.Message, "BLOCKED: the user denied") {
 		t.Fatalf("after EndSession: %+v", d)
 	}
 
 	// always saves the pattern key, as Hermes does: every recursive
 	// removal is allowed from then on (the floor still holds).
 	always := &scriptedAsker{answers: []Answer{AnswerAlways}}
-	d = g.Command(WithAsker(ctx, always), "s3", "rm -rf old-data", testCtx)
+	d = g.Command(ctx, "s3", "rm -rf old-data", testCtx, always)
 	if d.Outcome != ApprovedAlways || d.Pattern != "recursive delete" {
 		t.Fatalf("always: %+v", d)
 	}
@@ -98,7 +98,7 @@ func TestGateAnswers(t *testing.T) {
 	}
 	// Now allowlisted, in any session, without asking.
 	none := &scriptedAsker{}
-	d = g.Command(WithAsker(ctx, none), "s9", "rm -rf other-data", testCtx)
+	d = g.Command(ctx, "s9", "rm -rf other-data", testCtx, none)
 	if d.Outcome != Allowed || d.By != ByAllowlist || none.asked() != 0 {
 		t.Fatalf("after always: %+v", d)
 	}
@@ -106,7 +106,7 @@ func TestGateAnswers(t *testing.T) {
 
 func TestGateBlockedWithoutAsker(t *testing.T) {
 	g := NewGate(mustPolicy(t, "manual", nil, []string{"make deploy"}), GateOptions{})
-	d := g.Command(context.Background(), "s", "git push --force origin main", testCtx)
+	d := g.Command(context.Background(), "s", "git push --force origin main", testCtx, nil)
 	if d.Allowed() || d.Outcome != Blocked || d.By != ByRule {
 		t.Fatalf("%+v", d)
 	}
@@ -124,7 +124,7 @@ func TestGateBlockedWithoutAsker(t *testing.T) {
 	}
 	// The ErrCannotAsk of an asker says why.
 	cant := &scriptedAsker{err: fmt.Errorf("%w: the MCP client did not declare elicitation", ErrCannotAsk)}
-	d = g.Command(WithAsker(context.Background(), cant), "s", "git clean -fdx", testCtx)
+	d = g.Command(context.Background(), "s", "git clean -fdx", testCtx, cant)
 	if d.Outcome != Blocked || !strings.Contains(d.Message, "did not declare elicitation") {
 		t.Fatalf("%+v", d)
 	}
@@ -132,14 +132,14 @@ func TestGateBlockedWithoutAsker(t *testing.T) {
 
 func TestGateTimeoutDenies(t *testing.T) {
 	g := NewGate(nil, GateOptions{Timeout: 50 * time.Millisecond})
-	d := g.Command(WithAsker(context.Background(), &scriptedAsker{block: true}), "s", "chmod 777 x", testCtx)
+	d := g.Command(context.Background(), "s", "chmod 777 x", testCtx, &scriptedAsker{block: true})
 	if d.Outcome != Denied || d.By != ByTimeout || !strings.Contains(d.Message, "did not answer") {
 		t.Fatalf("%+v", d)
 	}
 	// The caller's own cancellation is not a timeout.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	d = g.Command(WithAsker(ctx, &scriptedAsker{block: true}), "s", "chmod 777 x", testCtx)
+	d = g.Command(ctx, "s", "chmod 777 x", testCtx, &scriptedAsker{block: true})
 	if d.Allowed() || d.By == ByTimeout {
 		t.Fatalf("cancelled: %+v", d)
 	}
@@ -148,14 +148,14 @@ func TestGateTimeoutDenies(t *testing.T) {
 func TestGateAlwaysThatCannotBeSaved(t *testing.T) {
 	g := NewGate(nil, GateOptions{Persist: func([]string) error { return errors.New("disk full") }})
 	a := &scriptedAsker{answers: []Answer{AnswerAlways}}
-	d := g.Command(WithAsker(context.Background(), a), "s", "git branch -D x", testCtx)
+	d := g.Command(context.Background(), "s", "git branch -D x", testCtx, a)
 	if d.Outcome != ApprovedSession || !strings.Contains(d.Message, "disk full") {
 		t.Fatalf("%+v", d)
 	}
 	if len(g.Policy().Allowlist()) != 0 {
 		t.Errorf("the allowlist grew though saving failed: %q", g.Policy().Allowlist())
 	}
-	if d := g.Command(context.Background(), "s", "git branch -D x", testCtx); d.Outcome != ApprovedSession {
+	if d := g.Command(context.Background(), "s", "git branch -D x", testCtx, nil); d.Outcome != ApprovedSession {
 		t.Errorf("not remembered for the session: %+v", d)
 	}
 }
@@ -163,16 +163,16 @@ func TestGateAlwaysThatCannotBeSaved(t *testing.T) {
 func TestGateFloorAndDenyNeverAsk(t *testing.T) {
 	a := &scriptedAsker{answers: []Answer{AnswerOnce}}
 	g := NewGate(mustPolicy(t, "manual", []string{"git push*"}, nil), GateOptions{})
-	ctx := WithAsker(context.Background(), a)
+	ctx := context.Background()
 	for _, cmd := range []string{"rm -rf /", "git push -f"} {
-		if d := g.Command(ctx, "s", cmd, testCtx); d.Allowed() || d.Outcome != Blocked {
+		if d := g.Command(ctx, "s", cmd, testCtx, a); d.Allowed() || d.Outcome != Blocked {
 			t.Errorf("%q: %+v", cmd, d)
 		}
 	}
 	if a.asked() != 0 {
 		t.Errorf("the user was asked about a floor or deny command")
 	}
-	if d := g.Write(ctx, "s", "~/.ssh/config", testCtx); d.Outcome != ApprovedOnce || d.Rule != "write-ssh" {
+	if d := g.Write(ctx, "s", "~/.ssh/config", testCtx, a); d.Outcome != ApprovedOnce || d.Rule != "write-ssh" {
 		t.Errorf("write: %+v", d)
 	}
 	if q := a.questions[0]; q.Kind != "write" || q.Subject != "/home/dev/.ssh/config" {

@@ -31,7 +31,7 @@ func TestBlockedMessageHandsNoBypass(t *testing.T) {
 	}
 	g := NewGate(p, GateOptions{})
 	for _, cmd := range []string{"chmod 777 x", "git push origin main", "rm -rf /", "berth config set approvals.mode off"} {
-		d := g.Command(t.Context(), "s", cmd, testCtx)
+		d := g.Command(t.Context(), "s", cmd, testCtx, nil)
 		if d == nil || d.Allowed() {
 			t.Fatalf("%q: %+v, want blocked", cmd, d)
 		}

@@ -177,27 +177,28 @@ func (c confinement) differs(o confinement) string {
 // checkPeer decides whether the daemon serves the process at the other
 // end of c: it must run as the daemon's user, in the daemon's namespaces
 // and under its seccomp state. Otherwise it returns the refusal's code and
-// message. A sandboxed caller (a read-only root, no network, its own PID
-// namespace) would otherwise get its commands run outside its sandbox,
-// and a daemon started inside a sandbox would confine everybody else's.
-func (s *Server) checkPeer(c *net.UnixConn) (code, msg string) {
+// message; when it serves it, the caller's pid. A sandboxed caller (a
+// read-only root, no network, its own PID namespace) would otherwise get
+// its commands run outside its sandbox, and a daemon started inside a
+// sandbox would confine everybody else's.
+func (s *Server) checkPeer(c *net.UnixConn) (code, msg string, pid int) {
 	cred, err := peerCred(c)
 	if err != nil {
-		return wire.CodeOtherUser, fmt.Sprintf("refused: cannot tell who the caller is: %v", err)
+		return wire.CodeOtherUser, fmt.Sprintf("refused: cannot tell who the caller is: %v", err), 0
 	}
 	if int(cred.Uid) != os.Getuid() {
-		return wire.CodeOtherUser, fmt.Sprintf("refused: this berth daemon serves uid %d only (peer uid %d)", os.Getuid(), cred.Uid)
+		return wire.CodeOtherUser, fmt.Sprintf("refused: this berth daemon serves uid %d only (peer uid %d)", os.Getuid(), cred.Uid), 0
 	}
 	const fallback = "; berth runs the call in the caller's own process instead, inside its sandbox"
 	if cred.Pid <= 0 {
-		return wire.CodeSandboxed, fmt.Sprintf("refused: the caller's process is not visible in the PID namespace of this berth daemon (pid %d): it runs in another one%s", os.Getpid(), fallback)
+		return wire.CodeSandboxed, fmt.Sprintf("refused: the caller's process is not visible in the PID namespace of this berth daemon (pid %d): it runs in another one%s", os.Getpid(), fallback), 0
 	}
 	peer, err := readConfinement(strconv.Itoa(int(cred.Pid)))
 	if err != nil {
-		return wire.CodeSandboxed, fmt.Sprintf("refused: cannot read the namespaces of the caller (pid %d): %v%s", cred.Pid, err, fallback)
+		return wire.CodeSandboxed, fmt.Sprintf("refused: cannot read the namespaces of the caller (pid %d): %v%s", cred.Pid, err, fallback), 0
 	}
 	if what := peer.differs(s.confined); what != "" {
-		return wire.CodeSandboxed, fmt.Sprintf("refused: the caller (pid %d) runs in another %s than this berth daemon (pid %d): a sandbox, or a daemon started in one%s", cred.Pid, what, os.Getpid(), fallback)
+		return wire.CodeSandboxed, fmt.Sprintf("refused: the caller (pid %d) runs in another %s than this berth daemon (pid %d): a sandbox, or a daemon started in one%s", cred.Pid, what, os.Getpid(), fallback), 0
 	}
-	return "", ""
+	return "", "", int(cred.Pid)
 }

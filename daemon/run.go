@@ -9,6 +9,7 @@ import (
 
 	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/daemon/wire"
+	"github.com/a55dbaac/berth/manager"
 	"github.com/a55dbaac/berth/output"
 	"github.com/a55dbaac/berth/process"
 	"github.com/a55dbaac/berth/terminal"
@@ -34,13 +35,15 @@ const getenvTimeout = 10 * time.Second
 
 // begin starts serving req: frames the caller sends meanwhile (read by
 // serveConn's reader into frames) are relayed to the call until end.
-func (s *Server) begin(c *wire.Conn, frames <-chan wire.Frame, req wire.Request) *call {
+// owner is the owner mark of the caller's process tree (callerEnv).
+func (s *Server) begin(c *wire.Conn, frames <-chan wire.Frame, req wire.Request, owner string) *call {
 	ctx, cancel := context.WithCancel(s.ctx)
 	cl := &call{
 		ctx: ctx, cancel: cancel, c: c, env: newCallerEnv(req.Inputs),
 		answers: make(chan wire.Frame, 1), envs: make(chan wire.Frame, 1),
 		done: make(chan struct{}), relayed: make(chan struct{}),
 	}
+	cl.env.owner = owner
 	cl.env.log = s.log.Debug
 	cl.env.ask = cl.getenv
 	go func() {
@@ -157,15 +160,12 @@ func (s *Server) run(cl *call, req wire.Request) (*wire.Reply, *tapWriter) {
 		r.Warnings = warnings
 		return r, nil
 	}
-	if req.CanAsk {
-		ctx = approval.WithAsker(ctx, &remoteAsker{c: cl.c, answers: cl.answers})
-	}
 	var tap *tapWriter
 	if req.Stream {
 		tap = newTap(cl.c)
 		ctx = output.WithTap(ctx, tap)
 	}
-	res := sl.m.Run(ctx, key, terminal.Request{Command: req.Command, Timeout: req.Timeout, Workdir: req.Workdir, OnTimeout: req.OnTimeout})
+	res := sl.m.Run(ctx, key, terminal.Request{Command: req.Command, Timeout: req.Timeout, Workdir: req.Workdir, OnTimeout: req.OnTimeout}, cl.callOptions(req)...)
 	if len(notes) > 0 {
 		res.EnvironmentRecreated = true
 	}
@@ -231,7 +231,7 @@ func (s *Server) meta(cl *call, req wire.Request) *wire.Reply {
 		return &wire.Reply{Error: fmt.Sprintf("%q is not a process-tool line", req.Line), Code: wire.CodeNotMeta}
 	}
 	return s.withSlot(cl, req, func(sl *slot, notes []string) *wire.Reply {
-		b, err := wire.MarshalJSON(line.Do(cl.ctx, sl.m, keyOf(req), req.Workdir))
+		b, err := wire.MarshalJSON(line.Do(cl.ctx, sl.m.Doer(cl.callOptions(req)...), keyOf(req), req.Workdir))
 		if err != nil {
 			return errorReply(wire.CodeFailed, fmt.Errorf("encode result: %w", err))
 		}
@@ -252,6 +252,15 @@ func (s *Server) env(cl *call, req wire.Request) *wire.Reply {
 		s.mu.Unlock()
 		return &wire.Reply{Cwd: cwd, Backend: sl.backend, Notes: notes}
 	})
+}
+
+// callOptions are the manager's call options of req: the caller's
+// terminal answers approval questions when it can ask.
+func (cl *call) callOptions(req wire.Request) []manager.CallOption {
+	if !req.CanAsk {
+		return nil
+	}
+	return []manager.CallOption{manager.WithAsker(&remoteAsker{c: cl.c, answers: cl.answers})}
 }
 
 // remoteAsker asks the caller's terminal.

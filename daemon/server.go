@@ -17,6 +17,7 @@ import (
 
 	"github.com/a55dbaac/berth/backend/hostproc"
 	"github.com/a55dbaac/berth/daemon/wire"
+	"github.com/a55dbaac/berth/internal/procmark"
 )
 
 // ErrRunning says another daemon already serves the home.
@@ -266,7 +267,8 @@ func (s *Server) touch() {
 // otherwise), after the hello.
 func (s *Server) serveConn(nc *net.UnixConn) {
 	c := wire.NewConn(nc)
-	if code, msg := s.checkPeer(nc); code != "" {
+	code, msg, peer := s.checkPeer(nc)
+	if code != "" {
 		s.log.Warn("daemon: refused a connection", "code", code, "why", msg)
 		_ = c.Send(wire.Frame{T: wire.FrameResult, Reply: &wire.Reply{Error: msg, Code: code}})
 		nc.Close()
@@ -282,6 +284,9 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 		s.mu.Unlock()
 		return
 	}
+	// Read once, when the caller connects: a process only ever leaves a
+	// tree (its parent dies), and then it was under a berth all the same.
+	owner := procmark.UnderBerth(peer)
 	frames := make(chan wire.Frame, 16)
 	readErr := make(chan error, 1)
 	go func() {
@@ -324,7 +329,7 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 			_ = c.Send(wire.Frame{T: wire.FrameResult, Reply: &wire.Reply{Code: wire.CodeVersion, Error: fmt.Sprintf("this berth daemon speaks protocol %d, the caller %d: run `berth daemon stop` and try again", wire.ProtocolVersion, req.Version)}})
 			continue
 		}
-		cl := s.begin(c, frames, req)
+		cl := s.begin(c, frames, req, owner)
 		var reply *wire.Reply
 		var tap *tapWriter
 		switch req.Op {

@@ -16,6 +16,7 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/daemon/wire"
+	"github.com/a55dbaac/berth/internal/procmark"
 	"github.com/a55dbaac/berth/manager"
 )
 
@@ -38,10 +39,17 @@ type slot struct {
 // lookup of a name the caller has but did not send asks for it (a getenv
 // frame): a backend's credentials, the env_passthrough and
 // docker_forward_env variables. So the daemon holds only what it reads.
+//
+// The owner mark (procmark.OwnerVar), which makes the caller a nested
+// berth (manager.Nested), is also read from the caller's process tree: a
+// caller that removed the variable from its own environment (`env -u
+// BERTH_OWNER berth exec …`) still runs below the shell berth started it
+// from.
 type callerEnv struct {
 	mu     sync.Mutex
 	values map[string]string
 	names  map[string]bool
+	owner  string                                 // the owner mark of the caller's ancestry, "" if none
 	ask    func(names []string) ([]string, error) // nil outside the call
 	log    func(msg string, args ...any)
 }
@@ -65,6 +73,9 @@ func (e *callerEnv) Getenv(name string) string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if v, ok := e.values[name]; ok || !e.names[name] {
+		if v == "" && name == procmark.OwnerVar {
+			return e.owner
+		}
 		return v
 	}
 	if e.ask == nil {
@@ -207,10 +218,11 @@ func (s *Server) slotWith(ctx context.Context, key string, l *loaded) (*slot, []
 	if old != nil && old.fp == l.fp {
 		s.mu.Unlock()
 		old.env.p.Store(l.env.p.Load())
-		if err := old.m.SetApprovals(l.cfg); err != nil {
+		held, err := old.m.SetApprovals(l.cfg)
+		if err != nil {
 			return nil, nil, err
 		}
-		return old, nil, nil
+		return old, s.heldNotes(key, held), nil
 	}
 	var notes []string
 	if old != nil {
@@ -228,10 +240,34 @@ func (s *Server) slotWith(ctx context.Context, key string, l *loaded) (*slot, []
 	}
 	log := s.log.With("key", key)
 	sl := &slot{key: key, fp: l.fp, values: l.values, m: manager.New(l.cfg, log), env: l.env, backend: l.cfg.Terminal.Backend, created: time.Now()}
+	if old != nil {
+		// The approval settings the key started with hold in the new
+		// environment too: one the daemon makes is no fresh start.
+		sl.m.KeepApprovalFloor(old.m)
+		held, err := sl.m.SetApprovals(l.cfg)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, nil, err
+		}
+		notes = append(notes, s.heldNotes(key, held)...)
+	}
 	sl.m.StartSweeper(s.ctx)
 	s.slots[key] = sl
 	s.mu.Unlock()
 	return sl, notes, nil
+}
+
+// heldNotes is the note of a reply whose caller's approval settings are
+// lower than those key's environment started with (manager.SetApprovals
+// held them), nil when none are.
+func (s *Server) heldNotes(key string, held []string) []string {
+	if len(held) == 0 {
+		return nil
+	}
+	s.log.Warn("daemon: approval settings lowered since the environment was made; keeping the stricter ones", "key", key, "held", held)
+	return []string{fmt.Sprintf("the approval settings of this call are lower than those task %q's environment was created with; "+
+		"this berth daemon keeps the stricter ones until the user restarts it, so that no command lowers the approvals of the environment it runs in: %s",
+		key, strings.Join(held, "; "))}
 }
 
 // diffValues names the keys whose values differ.

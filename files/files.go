@@ -173,6 +173,15 @@ func (t target) hostPath() (string, error) {
 	return filepath.Join(home, filepath.FromSlash(t.rel)), nil
 }
 
+// lands is where a write to t lands on this machine's files (landing).
+func (t target) lands() (string, error) {
+	p, err := t.hostPath()
+	if err != nil {
+		return "", err
+	}
+	return landing(p)
+}
+
 // newTag returns a random marker that no file content or stray output can
 // contain by accident.
 func newTag() string {

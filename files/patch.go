@@ -28,19 +28,42 @@ type PatchResult struct {
 // that resembles it most, with line numbers, so the caller can correct its
 // text. A file with CRLF line endings also matches an old string written
 // with plain newlines. The file is written back atomically with Write's
-// guarantees, and the result carries a unified diff.
-func Patch(ctx context.Context, env *terminal.Environment, path, old, new string, replaceAll bool) (PatchResult, error) {
+// guarantees (WithCheck included: on this machine's files the file is
+// read from and written back to the one place the check was told), and
+// the result carries a unified diff.
+func Patch(ctx context.Context, env *terminal.Environment, path, old, new string, replaceAll bool, opts ...WriteOption) (PatchResult, error) {
 	if old == "" {
 		return PatchResult{}, errors.New("patch: old_string is empty; give the exact text to replace (use write_file to create a file)")
 	}
 	if old == new {
 		return PatchResult{}, errors.New("patch: old_string and new_string are identical; nothing to change")
 	}
+	var o writeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	t, err := resolve(ctx, env, path)
 	if err != nil {
 		return PatchResult{}, fmt.Errorf("patch: %w", err)
 	}
-	content, latin1, err := readAll(ctx, env, t)
+	// The check comes first, as for a write: a patch the gate refuses
+	// reads nothing either.
+	var lands string
+	if native(env) {
+		if lands, err = t.lands(); err != nil {
+			return PatchResult{}, fmt.Errorf("patch: %w", err)
+		}
+		p, err := t.hostPath()
+		if err != nil {
+			return PatchResult{}, fmt.Errorf("patch: %w", err)
+		}
+		if err := o.approve(p, lands); err != nil {
+			return PatchResult{}, err.(checkErr).err
+		}
+	} else if err := o.approve(t.String(), ""); err != nil {
+		return PatchResult{}, err.(checkErr).err
+	}
+	content, latin1, err := readAll(ctx, env, t, lands)
 	if err != nil {
 		return PatchResult{}, fmt.Errorf("patch: %w", err)
 	}
@@ -77,8 +100,9 @@ func Patch(ctx context.Context, env *terminal.Environment, path, old, new string
 			return PatchResult{}, fmt.Errorf("patch: %s is Latin-1 (ISO-8859-1) text, and new_string cannot be stored in it: %w; convert the file to UTF-8 first (iconv -f latin1 -t utf-8) or use characters Latin-1 has", t, err)
 		}
 	}
-	if _, err := Write(ctx, env, t.String(), data); err != nil {
-		return PatchResult{}, fmt.Errorf("patch: %w", errors.Unwrap(err))
+	// Approved above: the write goes where the check was told.
+	if _, err := write(ctx, env, t, lands, data, &writeOptions{}); err != nil {
+		return PatchResult{}, fmt.Errorf("patch: %w", err)
 	}
 	if !replaceAll {
 		count = 1
@@ -132,13 +156,17 @@ func occurrenceLines(content, old string, max int) string {
 }
 
 // readAll reads a whole text file for editing. A Latin-1 file is returned
-// decoded, with latin1 set.
-func readAll(ctx context.Context, env *terminal.Environment, t target) (content string, latin1 bool, err error) {
+// decoded, with latin1 set. On this machine's files, at is the host path
+// to read ("": t's).
+func readAll(ctx context.Context, env *terminal.Environment, t target, at string) (content string, latin1 bool, err error) {
 	var data []byte
 	if native(env) {
 		p, err := t.hostPath()
 		if err != nil {
 			return "", false, err
+		}
+		if at != "" {
+			p = at
 		}
 		f, st, err := openRegular(t, p)
 		if err != nil {

@@ -88,7 +88,7 @@ func keepsSecrets(ctx context.Context, env *terminal.Environment, t target, cont
 	if !strings.Contains(content, output.Placeholder) {
 		return nil
 	}
-	old, _, err := readAll(ctx, env, t)
+	old, _, err := readAll(ctx, env, t, "")
 	if err != nil || strings.Contains(old, output.Placeholder) {
 		return nil
 	}

@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/internal/shellword"
@@ -38,49 +34,118 @@ const SessionStdinMax = 16 << 10
 // sessionStdinMax is SessionStdinMax unless a test lowers it.
 var sessionStdinMax = SessionStdinMax
 
+// A Check approves a write before anything is written. path is the file
+// as the write names it, absolute; on a backend whose files are this
+// machine's (Capabilities.NativeFS), lands is where the write will land
+// once every symbolic link is followed, and the write then goes there and
+// nowhere else: it follows no link after the check, and fails when one
+// appears on the way. Elsewhere lands is "" (the environment resolves the
+// path itself). An error stops the write and is returned as it is.
+type Check func(path, lands string) error
+
+// A WriteOption configures Write and Patch.
+type WriteOption func(*writeOptions)
+
+type writeOptions struct {
+	check Check
+}
+
+// WithCheck has the write approved by c before anything is written (the
+// manager's approval gate).
+func WithCheck(c Check) WriteOption {
+	return func(o *writeOptions) { o.check = c }
+}
+
+// checkErr carries a Check's error through the write unchanged.
+type checkErr struct{ err error }
+
+func (e checkErr) Error() string { return e.err.Error() }
+
+// approve runs the check of o, if any.
+func (o *writeOptions) approve(path, lands string) error {
+	if o.check == nil {
+		return nil
+	}
+	if err := o.check(path, lands); err != nil {
+		return checkErr{err}
+	}
+	return nil
+}
+
 // Write replaces the file at path with content, atomically: the content
 // goes to a temporary file in the same directory which is then renamed over
 // the target, so readers see the old or the new file, never a mix. An
 // existing file's mode (and, where permitted, owner) is kept; a new file
 // gets the environment's umask; missing parent directories are created. A
-// symbolic link is followed and its target replaced.
+// symbolic link is followed and its target replaced. WithCheck has the
+// write approved first; on this machine's files the write then lands
+// where the check was told (see Check).
 //
 // The content never appears in a command line: it travels on a stdin (the
 // session's or a helper process's) or through the backend's FileWriter.
 // Content larger than MaxWriteBytes is refused.
-func Write(ctx context.Context, env *terminal.Environment, path, content string) (WriteResult, error) {
+func Write(ctx context.Context, env *terminal.Environment, path, content string, opts ...WriteOption) (WriteResult, error) {
 	if len(content) > MaxWriteBytes {
 		return WriteResult{}, fmt.Errorf("write_file: content is %s; at most %s can be written in one call (write the file in parts with the terminal, or generate it there)",
 			mib(len(content)), mib(MaxWriteBytes))
+	}
+	var o writeOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
 	t, err := resolve(ctx, env, path)
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("write_file: %w", err)
 	}
-	if t.isRoot() {
-		return WriteResult{}, fmt.Errorf("write_file: %w", isDir(t))
-	}
-	if err := keepsSecrets(ctx, env, t, content); err != nil {
-		return WriteResult{}, fmt.Errorf("write_file: %w", err)
-	}
-	var res WriteResult
-	switch fw, ok := env.Backend().(backend.FileWriter); {
-	case native(env):
-		res, err = writeNative(t, content)
-	case ok && len(content) > sessionStdinMax:
-		// Small content rides the session in one round trip; a file API
-		// only pays off past that.
-		res, err = writeFileWriter(ctx, env, fw, t, content)
-		if errors.Is(err, backend.ErrUnsupported) {
-			res, err = writeShell(ctx, env, t, content)
+	var lands string
+	if native(env) {
+		if lands, err = t.lands(); err != nil {
+			return WriteResult{}, fmt.Errorf("write_file: %w", err)
 		}
-	default:
-		res, err = writeShell(ctx, env, t, content)
+	}
+	res, err := write(ctx, env, t, lands, content, &o)
+	if ce, ok := err.(checkErr); ok {
+		return WriteResult{}, ce.err
 	}
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("write_file: %w", err)
 	}
 	return res, nil
+}
+
+// write writes content to t, whose landing lands is resolved on a native
+// backend ("" elsewhere), after o approved it. A check's refusal comes
+// back as a checkErr.
+func write(ctx context.Context, env *terminal.Environment, t target, lands, content string, o *writeOptions) (WriteResult, error) {
+	if t.isRoot() {
+		return WriteResult{}, isDir(t)
+	}
+	if err := keepsSecrets(ctx, env, t, content); err != nil {
+		return WriteResult{}, err
+	}
+	if native(env) {
+		p, err := t.hostPath()
+		if err != nil {
+			return WriteResult{}, err
+		}
+		if err := o.approve(p, lands); err != nil {
+			return WriteResult{}, err
+		}
+		return writeAt(t, lands, content)
+	}
+	if err := o.approve(t.String(), ""); err != nil {
+		return WriteResult{}, err
+	}
+	fw, ok := env.Backend().(backend.FileWriter)
+	if ok && len(content) > sessionStdinMax {
+		// Small content rides the session in one round trip; a file API
+		// only pays off past that.
+		res, err := writeFileWriter(ctx, env, fw, t, content)
+		if !errors.Is(err, backend.ErrUnsupported) {
+			return res, err
+		}
+	}
+	return writeShell(ctx, env, t, content)
 }
 
 func mib(n int) string {
@@ -88,120 +153,6 @@ func mib(n int) string {
 		return fmt.Sprintf("%d bytes", n)
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-}
-
-// writeNative writes a file on this machine.
-func writeNative(t target, content string) (WriteResult, error) {
-	p, err := t.hostPath()
-	if err != nil {
-		return WriteResult{}, err
-	}
-	if p, err = followLink(p); err != nil {
-		return WriteResult{}, fmt.Errorf("follow symbolic link %s: %w", t, err)
-	}
-	res := WriteResult{Path: t.String(), BytesWritten: int64(len(content))}
-	old, err := os.Stat(p)
-	switch {
-	case err == nil && old.IsDir():
-		return WriteResult{}, isDir(t)
-	case err == nil && !old.Mode().IsRegular():
-		return WriteResult{}, notRegular(t)
-	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return WriteResult{}, fmt.Errorf("stat %s: %w", t, unwrapPath(err))
-	case err != nil:
-		old = nil
-		res.Created = true
-	}
-	dir := filepath.Dir(p)
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return WriteResult{}, fmt.Errorf("create parent directories of %s: %w", t, unwrapPath(err))
-	}
-	tmp := filepath.Join(dir, "."+"berth-"+newTag()+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
-	if err != nil && old != nil && errors.Is(err, fs.ErrPermission) {
-		// The directory is not writable but the file may be, as for
-		// echo >file: write it in place (not atomic, same inode and mode).
-		if ierr := writeInPlace(p, content); ierr == nil {
-			return res, nil
-		}
-	}
-	if err != nil {
-		return WriteResult{}, fmt.Errorf("create temporary file in %s: %w", dir, unwrapPath(err))
-	}
-	_, err = f.WriteString(content)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && old != nil {
-		err = os.Chmod(tmp, old.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
-		if st, ok := old.Sys().(*syscall.Stat_t); ok {
-			_ = os.Lchown(tmp, int(st.Uid), int(st.Gid)) // best effort: only root may give files away
-		}
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-		if err != nil && old != nil && errors.Is(err, syscall.EBUSY) {
-			// A bind-mounted file (a container's /etc/hosts) cannot be
-			// replaced, only rewritten.
-			os.Remove(tmp)
-			if err = writeInPlace(p, content); err == nil {
-				return res, nil
-			}
-		}
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return WriteResult{}, fmt.Errorf("write %s: %w", t, unwrapPath(err))
-	}
-	return res, nil
-}
-
-// writeInPlace truncates the existing file p and writes content into it.
-func writeInPlace(p, content string) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return err
-	}
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		return fmt.Errorf("%s is not a regular file", p)
-	}
-	_, err = f.WriteString(content)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// followLink resolves p when it is a symbolic link, also a dangling one:
-// the result is the path the link leads to, which a write then creates,
-// keeping the link (as echo >link does).
-func followLink(p string) (string, error) {
-	fi, err := os.Lstat(p)
-	if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-		return p, nil
-	}
-	if real, err := filepath.EvalSymlinks(p); err == nil {
-		return real, nil
-	}
-	for range 40 {
-		dest, err := os.Readlink(p)
-		if err != nil {
-			return "", err
-		}
-		if !filepath.IsAbs(dest) {
-			dest = filepath.Join(filepath.Dir(p), dest)
-		}
-		p = dest
-		fi, err := os.Lstat(p)
-		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-			return p, nil
-		}
-		if real, err := filepath.EvalSymlinks(p); err == nil {
-			return real, nil
-		}
-	}
-	return "", errors.New("too many levels of symbolic links")
 }
 
 // shellPrologue starts every file script. The scripts run in a subshell

@@ -193,12 +193,12 @@ func TestFloorBlocksInEveryMode(t *testing.T) {
 			allow := `["rule:rm-system-dir", "rule:no-preserve-root", "rule:kill-all", "rule:fork-bomb", "rule:mkfs-device", "*"]`
 			m, g, _ := setup(t, "approvals:\n  mode: "+mode+"\ncommand_allowlist: "+allow+"\n", nil)
 			a := &asker{answers: []approval.Answer{approval.AnswerAlways, approval.AnswerAlways}}
-			ctx := approval.WithAsker(context.Background(), a)
-			if r := m.Run(ctx, "k", terminal.Request{Command: "echo ready"}); r.Error != nil || strings.TrimSpace(r.Output) != "ready" {
+			ctx, ask := context.Background(), manager.WithAsker(a)
+			if r := m.Run(ctx, "k", terminal.Request{Command: "echo ready"}, ask); r.Error != nil || strings.TrimSpace(r.Output) != "ready" {
 				t.Fatalf("harmless command: %+v", r)
 			}
 			for _, cmd := range floorCommands {
-				r := m.Run(ctx, "k", terminal.Request{Command: cmd})
+				r := m.Run(ctx, "k", terminal.Request{Command: cmd}, ask)
 				if !strings.HasPrefix(errText(r), "BLOCKED: ") || r.ExitCode != terminal.StatusBlocked {
 					t.Errorf("%s: error %q exit %d, want BLOCKED", cmd, errText(r), r.ExitCode)
 				}
@@ -209,7 +209,7 @@ func TestFloorBlocksInEveryMode(t *testing.T) {
 				if !errors.As(r.Err, &be) {
 					t.Errorf("%s: Err %v is not a BlockedError", cmd, r.Err)
 				}
-				s := m.Background(ctx, "k", terminal.Request{Command: cmd, Background: true})
+				s := m.Background(ctx, "k", terminal.Request{Command: cmd, Background: true}, ask)
 				if s.Error == nil || !strings.HasPrefix(*s.Error, "BLOCKED: ") || s.SessionID != "" || s.Approval == nil || s.Approval.By != approval.ByFloor {
 					t.Errorf("%s in the background: %+v", cmd, s)
 				}
@@ -272,7 +272,7 @@ func TestAnswers(t *testing.T) {
 	dir := t.TempDir()
 	cmd := "chmod -R u+rw " + dir + " && echo RAN"
 	run := func(key string, a *asker) terminal.Result {
-		return m.Run(approval.WithAsker(context.Background(), a), key, terminal.Request{Command: cmd})
+		return m.Run(context.Background(), key, terminal.Request{Command: cmd}, manager.WithAsker(a))
 	}
 
 	a := &asker{answers: []approval.Answer{approval.AnswerOnce, approval.AnswerOnce}}
@@ -348,7 +348,7 @@ func TestAnswers(t *testing.T) {
 func TestTimeoutDenies(t *testing.T) {
 	m, g, _ := setup(t, "approvals:\n  timeout: 1\n", nil)
 	a := &asker{silent: true}
-	r := m.Run(approval.WithAsker(context.Background(), a), "k", terminal.Request{Command: "git push --force origin main # NEVER-SENT"})
+	r := m.Run(context.Background(), "k", terminal.Request{Command: "git push --force origin main # NEVER-SENT"}, manager.WithAsker(a))
 	if r.Approval == nil || r.Approval.Outcome != approval.Denied || r.Approval.By != approval.ByTimeout {
 		t.Fatalf("approval %+v", r.Approval)
 	}
@@ -414,7 +414,7 @@ func TestImageIsolationDoesNotAsk(t *testing.T) {
 		m, _ := setupIsolated(t, "terminal:\n  backend: "+name+"\n", backend.IsolationImage)
 		a := &asker{}
 		dir := t.TempDir()
-		r := m.Run(approval.WithAsker(context.Background(), a), "k", terminal.Request{Command: "chmod -R u+rw " + dir + " && echo OK"})
+		r := m.Run(context.Background(), "k", terminal.Request{Command: "chmod -R u+rw " + dir + " && echo OK"}, manager.WithAsker(a))
 		if r.Error != nil || r.Approval == nil || r.Approval.By != approval.BySandbox || a.asked() != 0 {
 			t.Errorf("%s: %+v approval %+v asked %d", name, r, r.Approval, a.asked())
 		}
@@ -462,7 +462,7 @@ func TestWriteFileMeetsTheGate(t *testing.T) {
 	}
 	a := &asker{answers: []approval.Answer{approval.AnswerOnce}}
 	rc := filepath.Join(home, ".bashrc")
-	if _, err := m.WriteFile(approval.WithAsker(context.Background(), a), "k", rc, "export X=1\n"); err != nil || a.asked() != 1 || a.questions[0].Kind != "write" {
+	if _, err := m.WriteFile(context.Background(), "k", rc, "export X=1\n", manager.WithAsker(a)); err != nil || a.asked() != 1 || a.questions[0].Kind != "write" {
 		t.Errorf("write to ~/.bashrc approved once: %v asked %d", err, a.asked())
 	}
 	if b, err := os.ReadFile(rc); err != nil || string(b) != "export X=1\n" {

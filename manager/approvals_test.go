@@ -141,7 +141,7 @@ func TestSetApprovalsRevokes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.SetApprovals(cfg); err != nil {
+	if _, err := m.SetApprovals(cfg); err != nil {
 		t.Fatal(err)
 	}
 	before := strings.Count(g.Sent(), "CHMODDED")
@@ -178,5 +178,74 @@ func TestNestedBerthIsAtLeastAsStrict(t *testing.T) {
 	cfg, _, _ = loadIn(t, file, nil)
 	if p, _ := manager.Policy(cfg); p.Mode() != approval.ModeOff || len(p.Allowlist()) != 1 {
 		t.Errorf("top-level policy: mode %s allow %q", p.Mode(), p.Allowlist())
+	}
+}
+
+// SetApprovals never lowers the gate below the settings the manager was
+// made with (N1): mode off, a new allowlist entry and a removed deny
+// pattern are held and named, while raising settings apply at once; the
+// floor passes to a manager that replaces this one, and an "always"
+// answer the user gives raises it.
+func TestSetApprovalsHoldsLowering(t *testing.T) {
+	m, _, path := setup(t, "approvals:\n  deny: [\"echo NOPE*\"]\ncommand_allowlist: [\"git push --force*\"]\n", nil)
+	vars := map[string]string{"HOME": filepath.Dir(filepath.Dir(path)), "BERTH_HOME": filepath.Dir(path)}
+	reload := func(text string) *config.Config {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(config.LoadOptions{Getenv: func(k string) string { return vars[k] }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	lowered := reload("approvals:\n  mode: \"off\"\ncommand_allowlist: [\"git push --force*\", \"chmod 777 *\"]\n")
+	held, err := m.SetApprovals(lowered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`approvals.mode off (kept manual)`, `command_allowlist entry "chmod 777 *" (not applied)`, `approvals.deny entry "echo NOPE*" removed (still applied)`}
+	if strings.Join(held, "\n") != strings.Join(want, "\n") {
+		t.Errorf("held %q, want %q", held, want)
+	}
+	p := m.Gate().Policy()
+	if p.Mode() != approval.ModeManual || strings.Join(p.Allowlist(), ",") != "git push --force*" || strings.Join(p.Deny(), ",") != "echo NOPE*" {
+		t.Errorf("policy after the lowering: mode %s, allow %q, deny %q; want the first settings", p.Mode(), p.Allowlist(), p.Deny())
+	}
+	// Raising applies: the allowlist entry revoked, a deny pattern added.
+	held, err = m.SetApprovals(reload("approvals:\n  deny: [\"echo NOPE*\", \"echo NO2*\"]\n"))
+	if err != nil || len(held) != 0 {
+		t.Fatalf("raising: held %q, %v", held, err)
+	}
+	if p := m.Gate().Policy(); len(p.Allowlist()) != 0 || len(p.Deny()) != 2 {
+		t.Errorf("policy after raising: allow %q, deny %q", p.Allowlist(), p.Deny())
+	}
+	// The entry the manager started with may come back: it is no lower
+	// than the start.
+	if held, _ := m.SetApprovals(reload("approvals:\n  deny: [\"echo NOPE*\"]\ncommand_allowlist: [\"git push --force*\"]\n")); len(held) != 0 {
+		t.Errorf("the first settings again: held %q", held)
+	}
+
+	// A manager that replaces this one keeps its floor.
+	next := manager.New(lowered, nil)
+	next.KeepApprovalFloor(m)
+	if held, _ := next.SetApprovals(lowered); len(held) != 3 || next.Gate().Policy().Mode() != approval.ModeManual {
+		t.Errorf("replacing manager: held %q, mode %s; want the three held, manual", held, next.Gate().Policy().Mode())
+	}
+
+	// The user's "always" answer is saved and raises the floor: the
+	// file's new entry is no lowering.
+	a := &asker{answers: []approval.Answer{approval.AnswerAlways}}
+	dir := t.TempDir()
+	if r := m.Run(context.Background(), "k", terminal.Request{Command: "chmod 777 " + dir}, manager.WithAsker(a)); r.Approval == nil || r.Approval.Outcome != approval.ApprovedAlways {
+		t.Fatalf("always answer: %+v", r.Approval)
+	}
+	cfg, err := config.Load(config.LoadOptions{Getenv: func(k string) string { return vars[k] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := m.SetApprovals(cfg); len(held) != 0 || len(m.Gate().Policy().Allowlist()) != 2 {
+		t.Errorf("after the user's always answer: held %q, allowlist %q", held, m.Gate().Policy().Allowlist())
 	}
 }

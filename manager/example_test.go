@@ -3,7 +3,9 @@ package manager_test
 import (
 	"context"
 	"fmt"
+	"os"
 
+	"github.com/a55dbaac/berth/approval"
 	_ "github.com/a55dbaac/berth/backend/all" // registers local, docker, ssh, ...
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/manager"
@@ -30,4 +32,30 @@ func ExampleManager_Run() {
 	// Output:
 	// cwd /usr
 	// "hello from /usr" exit 1 (no matches found (not an error))
+}
+
+// onceAsker is a user who allows every command they are asked about, once.
+type onceAsker struct{}
+
+func (onceAsker) Ask(ctx context.Context, q approval.Question) (approval.Answer, error) {
+	return approval.AnswerOnce, nil
+}
+
+// A command that needs the user's approval asks the call's asker, given
+// as an option of the call; without one it is blocked.
+func ExampleWithAsker() {
+	ctx := context.Background()
+	m := manager.New(config.Default(), nil)
+	defer m.CloseAll(ctx)
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+
+	cmd := terminal.Request{Command: "chmod -R u+rw " + dir}
+	r := m.Run(ctx, "example", cmd)
+	fmt.Println(r.Approval.Outcome, "by", r.Approval.By)
+	r = m.Run(ctx, "example", cmd, manager.WithAsker(onceAsker{}))
+	fmt.Println(r.Approval.Outcome, "by", r.Approval.By)
+	// Output:
+	// blocked by rule
+	// approved_once by user
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/files"
 	"github.com/a55dbaac/berth/terminal"
 )
@@ -19,8 +20,8 @@ const MaxContentBytes = 10 << 20
 // the manager is the one door, as database/sql.DB is for a driver, and
 // package files is the layer beneath it that checks nothing of policy.
 // A write the approval gate refuses returns an error wrapping
-// *approval.BlockedError, whose Decision says why; the Asker is taken from
-// ctx (approval.WithAsker), as for commands.
+// *approval.BlockedError, whose Decision says why; the user is asked
+// through the call's asker (WithAsker), as for commands.
 
 // ReadFile reads path in key's environment (the read_file tool).
 func (m *Manager) ReadFile(ctx context.Context, key, path string, offset, limit int) (files.ReadResult, error) {
@@ -33,31 +34,33 @@ func (m *Manager) ReadFile(ctx context.Context, key, path string, offset, limit 
 }
 
 // WriteFile writes content to path in key's environment (the write_file
-// tool), after the approval gate allowed the write.
-func (m *Manager) WriteFile(ctx context.Context, key, path, content string) (files.WriteResult, error) {
+// tool), after the approval gate allowed the write. opts give the call's
+// asker (Call).
+func (m *Manager) WriteFile(ctx context.Context, key, path, content string, opts ...CallOption) (files.WriteResult, error) {
 	if len(content) > MaxContentBytes {
 		return files.WriteResult{}, fmt.Errorf("write_file: content is %s; at most %s can be written in one call (write the file in parts: create it with the first part, then append the rest with the terminal, or generate it there)",
 			SizeText(len(content)), SizeText(MaxContentBytes))
 	}
-	env, err := m.approvedWrite(ctx, key, path)
+	env, check, err := m.writeCheck(ctx, key, callOf(opts).Asker)
 	if err != nil {
 		return files.WriteResult{}, err
 	}
-	return files.Write(ctx, env, path, content)
+	return files.Write(ctx, env, path, content, files.WithCheck(check))
 }
 
 // Patch replaces old with new in path in key's environment (the patch
-// tool), after the approval gate allowed the write.
-func (m *Manager) Patch(ctx context.Context, key, path, old, new string, replaceAll bool) (files.PatchResult, error) {
+// tool), after the approval gate allowed the write. opts give the call's
+// asker (Call).
+func (m *Manager) Patch(ctx context.Context, key, path, old, new string, replaceAll bool, opts ...CallOption) (files.PatchResult, error) {
 	if n := max(len(old), len(new)); n > MaxContentBytes {
 		return files.PatchResult{}, fmt.Errorf("patch: old_string or new_string is %s; each may be at most %s (use write_file or the terminal for larger changes)",
 			SizeText(n), SizeText(MaxContentBytes))
 	}
-	env, err := m.approvedWrite(ctx, key, path)
+	env, check, err := m.writeCheck(ctx, key, callOf(opts).Asker)
 	if err != nil {
 		return files.PatchResult{}, err
 	}
-	return files.Patch(ctx, env, path, old, new, replaceAll)
+	return files.Patch(ctx, env, path, old, new, replaceAll, files.WithCheck(check))
 }
 
 // Search searches files in key's environment (the search_files tool).
@@ -70,21 +73,44 @@ func (m *Manager) Search(ctx context.Context, key string, req files.SearchReques
 	return files.Search(ctx, env, req)
 }
 
-// approvedWrite returns key's environment once the gate allowed a file
-// tool to write path there; a refusal is the decision's *BlockedError.
-func (m *Manager) approvedWrite(ctx context.Context, key, path string) (*terminal.Environment, error) {
+// writeCheck returns key's environment and the check a file tool's write
+// passes there before anything is written: the approval gate, asked about
+// the place the write lands. On this machine's files the files package
+// resolves the path's symbolic links once and gives the result to the
+// check, which the gate then judges (its Resolve answers that result for
+// the path), and the write goes exactly there, following no link: a link
+// swapped between the check and the write cannot carry it into berth's
+// home or anywhere else the gate did not see (N2). A refusal is the
+// decision's *BlockedError.
+func (m *Manager) writeCheck(ctx context.Context, key string, asker approval.Asker) (*terminal.Environment, files.Check, error) {
 	if key == "" {
 		key = DefaultKey
 	}
 	env, err := m.Env(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if d := m.gate.Write(ctx, key, path, m.approvalContext(env, "")); !d.Allowed() {
-		return nil, d.Err()
+	check := func(path, lands string) error {
+		c := m.approvalContext(env, "")
+		if lands != "" {
+			resolve := c.Resolve
+			c.Resolve = func(p string) string {
+				if p == path {
+					return lands
+				}
+				if resolve == nil {
+					return p
+				}
+				return resolve(p)
+			}
+		}
+		if d := m.gate.Write(ctx, key, path, c, asker); !d.Allowed() {
+			return d.Err()
+		}
+		env.Touch()
+		return nil
 	}
-	env.Touch()
-	return env, nil
+	return env, check, nil
 }
 
 // SizeText is a byte count as people read it in a message: "10 MiB",

@@ -106,7 +106,7 @@ func TestSessionNamesAreDynamic(t *testing.T) {
 		t.Error("the call reached the environment")
 	}
 	a := &asker{answers: []approval.Answer{approval.AnswerOnce}}
-	r = m.Run(approval.WithAsker(ctx, a), "k", terminal.Request{Command: "f approved"})
+	r = m.Run(ctx, "k", terminal.Request{Command: "f approved"}, manager.WithAsker(a))
 	if r.Output != "f:approved" || a.asked() != 1 {
 		t.Errorf("approved once: %q, asked %d", r.Output, a.asked())
 	}

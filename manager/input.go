@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/a55dbaac/berth/approval"
 	"github.com/a55dbaac/berth/internal/shparse"
 	"github.com/a55dbaac/berth/process"
 	"github.com/a55dbaac/berth/terminal"
@@ -43,7 +44,7 @@ type inputState struct {
 // It returns nil when the input may be sent, else the result to answer
 // with. Input that ends no line (or ends a line that continues) is let
 // through (it runs nothing yet) and kept, to be checked with the rest.
-func (m *Manager) gateInput(ctx context.Context, key string, req process.Request) process.Result {
+func (m *Manager) gateInput(ctx context.Context, key string, req process.Request, asker approval.Asker) process.Result {
 	p, err := m.procs.Find(key, req.SessionID)
 	if err != nil {
 		return nil // Do answers not_found
@@ -97,15 +98,20 @@ func (m *Manager) gateInput(ctx context.Context, key string, req process.Request
 		if err := shparse.Check(lines); err != nil {
 			return process.Result{"status": "error", "session_id": p.ID, "error": fmt.Sprintf("%s to %s refused: %v", req.Action, p.ID, err)}
 		}
+		if p.TTY {
+			if cmd := keyEditing(lines); cmd != "" {
+				return process.Result{"status": "error", "session_id": p.ID, "error": fmt.Sprintf("%s to %s refused: %s", req.Action, p.ID, keyEditingRefusal(cmd))}
+			}
+		}
 		c := m.approvalContext(m.liveEnv(key), p.Cwd)
 		c.Prelude, c.Names = prelude, nil // this shell's own history, not the session's
-		if d := m.gate.Command(ctx, key, lines, c); !d.Allowed() {
+		if d := m.gate.Command(ctx, key, lines, c, asker); !d.Allowed() {
 			return process.Result{"status": "blocked", "session_id": p.ID, "error": d.Err().Error(), "approval": d}
 		}
 		if p.TTY && strings.Contains(lines, "\t") {
 			// A tab on a terminal completes the word before it: check
 			// what it could complete to as a glob.
-			if d := m.gate.Command(ctx, key, strings.ReplaceAll(lines, "\t", "*"), c); !d.Allowed() {
+			if d := m.gate.Command(ctx, key, strings.ReplaceAll(lines, "\t", "*"), c, asker); !d.Allowed() {
 				return process.Result{"status": "blocked", "session_id": p.ID, "error": d.Err().Error(), "approval": d}
 			}
 		}

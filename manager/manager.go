@@ -40,7 +40,8 @@ type Manager struct {
 	log     *slog.Logger
 	procs   *process.Registry
 	gate    *approval.Gate
-	input   inputLines // unfinished lines of input to processes, for the gate
+	floor   approvalFloor // the loosest approval settings SetApprovals applies
+	input   inputLines    // unfinished lines of input to processes, for the gate
 	// progress hears about backends' long set-up steps; nil: nobody.
 	progress func(backend.Event)
 
@@ -91,11 +92,12 @@ func New(cfg *config.Config, log *slog.Logger) *Manager {
 		}
 		cfg = &c
 	}
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, log: log, envs: map[string]*entry{}, swept: map[string]bool{},
 		procs: process.NewRegistry(time.Duration(cfg.Terminal.Timeout) * time.Second),
-		gate:  newGate(cfg, log),
 	}
+	m.gate = newGate(cfg, log, &m.floor)
+	return m
 }
 
 // Gate returns the approval gate every command passes before it reaches an
@@ -325,14 +327,15 @@ func (r TerminalResult) Failed() bool {
 // Terminal answers a terminal tool call the way the contract describes: a
 // background request starts a tracked process; a foreground request whose
 // timeout exceeds max_foreground_timeout is run in the background instead
-// and says so; anything else runs in the foreground.
-func (m *Manager) Terminal(ctx context.Context, key string, req terminal.Request) TerminalResult {
+// and says so; anything else runs in the foreground. opts give the call's
+// asker and detach (Call).
+func (m *Manager) Terminal(ctx context.Context, key string, req terminal.Request, opts ...CallOption) TerminalResult {
 	if req.Background {
-		res := m.Background(ctx, key, req)
+		res := m.Background(ctx, key, req, opts...)
 		return TerminalResult{Background: &res}
 	}
 	if limit := m.cfg.Terminal.MaxForegroundTimeout; limit > 0 && req.Timeout > limit {
-		res := m.Background(ctx, key, req)
+		res := m.Background(ctx, key, req, opts...)
 		if res.Error == nil {
 			res.Output = fmt.Sprintf("Command timeout %ds exceeds the foreground limit of %ds (terminal.max_foreground_timeout), "+
 				"so it was started in the background. Follow it with the process tool: "+
@@ -340,24 +343,30 @@ func (m *Manager) Terminal(ctx context.Context, key string, req terminal.Request
 		}
 		return TerminalResult{Background: &res}
 	}
-	res := m.Run(ctx, key, req)
+	res := m.Run(ctx, key, req, opts...)
 	return TerminalResult{Foreground: &res}
 }
 
 // Background starts req as a tracked background process in key's
-// environment.
-func (m *Manager) Background(ctx context.Context, key string, req terminal.Request) process.StartResult {
+// environment. opts give the call's asker (Call).
+func (m *Manager) Background(ctx context.Context, key string, req terminal.Request, opts ...CallOption) process.StartResult {
+	call := callOf(opts)
 	if key == "" {
 		key = DefaultKey
 	}
 	if err := terminal.Validate(req); err != nil {
 		return process.StartError(err)
 	}
+	if req.PTY {
+		if cmd := keyEditing(req.Command); cmd != "" {
+			return process.StartError(fmt.Errorf("background process refused: %s", keyEditingRefusal(cmd)))
+		}
+	}
 	env, err := m.Env(ctx, key)
 	if err != nil {
 		return process.StartError(err)
 	}
-	d := m.gate.CommandScript(ctx, key, shparse.New(req.Command), m.approvalContext(env, req.Workdir))
+	d := m.gate.CommandScript(ctx, key, shparse.New(req.Command), m.approvalContext(env, req.Workdir), call.Asker)
 	if !d.Allowed() {
 		res := process.StartError(d.Err())
 		res.ExitCode = terminal.StatusBlocked
@@ -371,14 +380,15 @@ func (m *Manager) Background(ctx context.Context, key string, req terminal.Reque
 }
 
 // Process answers a process tool call; list shows the processes of key
-// ("" for every key).
-func (m *Manager) Process(ctx context.Context, key string, req process.Request) process.Result {
+// ("" for every key). opts give the call's asker (Call), which the input
+// of write, submit and close may need.
+func (m *Manager) Process(ctx context.Context, key string, req process.Request, opts ...CallOption) process.Result {
 	if key == "" && req.Action != "list" {
 		key = DefaultKey // where Background put it
 	}
 	switch req.Action {
 	case "write", "submit", "close":
-		if res := m.gateInput(ctx, key, req); res != nil {
+		if res := m.gateInput(ctx, key, req, callOf(opts).Asker); res != nil {
 			return res
 		}
 	}
@@ -389,8 +399,10 @@ func (m *Manager) Process(ctx context.Context, key string, req process.Request) 
 // running at its timeout with on_timeout "background" (the request's, else
 // terminal.on_timeout), or one the process tool's detach action names, is
 // moved to the background: the result says moved_to_background and gives
-// the session_id the process tool follows it with.
-func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) terminal.Result {
+// the session_id the process tool follows it with. opts give the call's
+// asker and detach (Call).
+func (m *Manager) Run(ctx context.Context, key string, req terminal.Request, opts ...CallOption) terminal.Result {
+	call := callOf(opts)
 	checked, err := terminal.Check(req)
 	if err != nil {
 		return terminal.ErrorResult(err)
@@ -407,7 +419,7 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 	// gate, the session and the result read the same tree.
 	sc := shparse.New(req.Command)
 	actx := m.approvalContext(env, req.Workdir)
-	d := m.gate.CommandScript(ctx, key, sc, actx)
+	d := m.gate.CommandScript(ctx, key, sc, actx, call.Asker)
 	if !d.Allowed() {
 		return terminal.BlockedResult(d)
 	}
@@ -415,7 +427,7 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 	// process detach (or a command still running at its timeout with
 	// on_timeout background) moves it to the background under its id.
 	fg := m.procs.BeginForeground(key, req.Command, actx.Cwd)
-	if ch := process.DetachFrom(ctx); ch != nil {
+	if ch := call.Detach; ch != nil {
 		stop := make(chan struct{})
 		defer close(stop)
 		go func() {
@@ -426,9 +438,9 @@ func (m *Manager) Run(ctx context.Context, key string, req terminal.Request) ter
 			}
 		}()
 	}
-	call := fg.Call()
-	call.Script = sc
-	res := env.RunChecked(ctx, checked, call)
+	tc := fg.Call()
+	tc.Script = sc
+	res := env.RunChecked(ctx, checked, tc)
 	m.procs.End(fg, env, req.Command, res)
 	res.Approval = d
 	return res

@@ -270,3 +270,31 @@ func TestServerApprovalWriteAsked(t *testing.T) {
 		t.Errorf("write after once: %v asked %d", out, h.asked())
 	}
 }
+
+// Input to a background process that needs approval (a shell runs what it
+// is sent) is asked like a command, through the process tool's own call.
+func TestServerProcessInputAsked(t *testing.T) {
+	for _, pr := range protocols {
+		t.Run(pr.name, func(t *testing.T) {
+			a := newApprovalServer(t, "")
+			h := &human{reply: choose("once")}
+			cs := a.connect(t, pr.version, &mcp.ClientOptions{ElicitationHandler: h.handler})
+			out, isErr := call(t, cs, "terminal", map[string]any{"command": "exec bash --norc --noprofile", "background": true})
+			id, _ := out["session_id"].(string)
+			if isErr || id == "" {
+				t.Fatalf("start: %v", out)
+			}
+			t.Cleanup(func() { call(t, cs, "process", map[string]any{"action": "kill", "session_id": id}) })
+			cmd, marker := dangerous(t)
+			out, isErr = call(t, cs, "process", map[string]any{"action": "submit", "session_id": id, "data": cmd})
+			if isErr || out["status"] != "ok" || h.asked() != 1 || !strings.Contains(h.messages[0], "chmod-recursive") {
+				t.Fatalf("submit approved once: %v, asked %d", out, h.asked())
+			}
+			for deadline := time.Now().Add(30 * time.Second); !exists(marker); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the approved input did not run")
+				}
+			}
+		})
+	}
+}

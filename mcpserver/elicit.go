@@ -90,15 +90,9 @@ func NewElicitor() *Elicitor {
 	return &Elicitor{key: key, now: time.Now, used: map[string]time.Time{}}
 }
 
-// Context returns ctx carrying the Asker of the tool call req (see
-// approval.WithAsker), and that Asker, whose Pending result the handler
-// must return when it is not nil.
-func (e *Elicitor) Context(ctx context.Context, req *mcp.CallToolRequest) (context.Context, *ElicitAsker) {
-	a := e.Asker(req)
-	return approval.WithAsker(ctx, a), a
-}
-
-// Asker returns the approval.Asker of the tool call req.
+// Asker returns the approval.Asker of the tool call req, for the call's
+// options (manager.WithAsker); the handler must return its Pending result
+// when that is not nil.
 func (e *Elicitor) Asker(req *mcp.CallToolRequest) *ElicitAsker {
 	return &ElicitAsker{e: e, req: req}
 }

@@ -60,8 +60,8 @@ func (r *approvalRig) connect(t *testing.T, version string, copts *mcp.ClientOpt
 	srv := mcp.NewServer(&mcp.Implementation{Name: "berth-test", Version: "test"}, nil)
 	mcp.AddTool(srv, &mcp.Tool{Name: "run", Description: "run a command"}, func(ctx context.Context, req *mcp.CallToolRequest, in runArgs) (*mcp.CallToolResult, any, error) {
 		r.version.Store(req.ProtocolVersion())
-		ctx, ask := r.el.Context(ctx, req)
-		d := r.gate.Command(ctx, "session-1", in.Command, approval.Context{Backend: "local", Cwd: "/repo"})
+		ask := r.el.Asker(req)
+		d := r.gate.Command(ctx, "session-1", in.Command, approval.Context{Backend: "local", Cwd: "/repo"}, ask)
 		if p := ask.Pending(); p != nil {
 			r.pending.Add(1)
 			return p, nil, nil

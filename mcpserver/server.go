@@ -276,15 +276,7 @@ func (s *server) guard(next mcp.MethodHandler) mcp.MethodHandler {
 			s.calls.add()
 			defer s.calls.done()
 			var cancel context.CancelCauseFunc
-			if ctr, ok := req.(*mcp.CallToolRequest); ok && ctr.Params != nil && ctr.Params.Name == "terminal" {
-				// A client's cancel may ask for the command to go to the
-				// background (DetachReason) instead of being interrupted.
-				var stopWatch func() bool
-				ctx, cancel, stopWatch = s.detachable(ctx, ctr.Session)
-				defer stopWatch()
-			} else {
-				ctx, cancel = context.WithCancelCause(ctx)
-			}
+			ctx, cancel = context.WithCancelCause(ctx)
 			stop := context.AfterFunc(s.base, func() { cancel(errShutdown) })
 			defer func() {
 				stop()
@@ -384,12 +376,13 @@ func (s *server) takeDetach(ss *mcp.ServerSession) bool {
 	}
 }
 
-// detachable returns the context of a terminal call: it is not cancelled
-// by the client's cancel at once; a cancel whose notification gives
-// DetachReason closes the call's detach channel (see process.WithDetach)
-// instead, any other cancels the context with the original cause. The
-// returned stop ends the watch.
-func (s *server) detachable(ctx context.Context, ss *mcp.ServerSession) (context.Context, context.CancelCauseFunc, func() bool) {
+// detachable returns the context of a terminal call and its detach
+// channel (manager.WithDetach): the context is not cancelled by the
+// client's cancel at once; a cancel whose notification gives DetachReason
+// closes the detach channel instead, any other (or the server's shutdown)
+// cancels the context with the original cause. The returned stop ends the
+// watch and releases the context.
+func (s *server) detachable(ctx context.Context, ss *mcp.ServerSession) (context.Context, <-chan struct{}, func()) {
 	inner, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	detach := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
@@ -400,7 +393,10 @@ func (s *server) detachable(ctx context.Context, ss *mcp.ServerSession) (context
 		}
 		cancel(cause)
 	})
-	return process.WithDetach(inner, detach), cancel, stop
+	return inner, detach, func() {
+		stop()
+		cancel(nil)
+	}
 }
 
 // toolErrorResult is a complete tool result carrying only an error, as the
@@ -527,11 +523,15 @@ func (s *server) register(srv *mcp.Server) {
 func (s *server) terminal(ctx context.Context, req *mcp.CallToolRequest, in terminalArgs) (*mcp.CallToolResult, any, error) {
 	// A command that needs approval asks the user through the client's
 	// elicitation; on protocol 2026-07-28 and later the question goes back
-	// in the result and the client calls again with the answer.
-	ctx, ask := s.elicit.Context(ctx, req)
+	// in the result and the client calls again with the answer. A client's
+	// cancel may ask for the command to go to the background
+	// (DetachReason) instead of being interrupted.
+	ask := s.elicit.Asker(req)
+	ctx, detach, stop := s.detachable(ctx, req.Session)
+	defer stop()
 	res := s.m.Terminal(ctx, s.key(req), terminal.Request{
 		Command: in.Command, Background: in.Background, Timeout: in.Timeout, Workdir: in.Workdir, PTY: in.PTY, OnTimeout: in.OnTimeout,
-	})
+	}, manager.WithAsker(ask), manager.WithDetach(detach))
 	if p := ask.Pending(); p != nil {
 		return p, nil, nil
 	}
@@ -565,9 +565,15 @@ func (s *server) process(ctx context.Context, req *mcp.CallToolRequest, in proce
 	// The key scopes every action: a session reaches only the processes
 	// started in its own environment (the process package answers
 	// not_found for another's, whole id or prefix).
+	// Input that needs approval (write, submit, close) asks the user as a
+	// command does.
+	ask := s.elicit.Asker(req)
 	res := s.m.Process(ctx, s.key(req), process.Request{
 		Action: in.Action, SessionID: in.SessionID, Data: in.Data, Timeout: in.Timeout, Offset: in.Offset, Limit: in.Limit,
-	})
+	}, manager.WithAsker(ask))
+	if p := ask.Pending(); p != nil {
+		return p, nil, nil
+	}
 	_, failed := res["error"]
 	return &mcp.CallToolResult{IsError: failed}, res, nil
 }
@@ -599,14 +605,14 @@ func fileResult[T any](res T, err error) (*mcp.CallToolResult, any, error) {
 }
 
 func (s *server) writeFile(ctx context.Context, req *mcp.CallToolRequest, in writeArgs) (*mcp.CallToolResult, any, error) {
-	ctx, ask := s.elicit.Context(ctx, req)
-	res, err := s.m.WriteFile(ctx, s.key(req), in.Path, in.Content)
+	ask := s.elicit.Asker(req)
+	res, err := s.m.WriteFile(ctx, s.key(req), in.Path, in.Content, manager.WithAsker(ask))
 	return writeResult(ask, res, err)
 }
 
 func (s *server) patch(ctx context.Context, req *mcp.CallToolRequest, in patchArgs) (*mcp.CallToolResult, any, error) {
-	ctx, ask := s.elicit.Context(ctx, req)
-	res, err := s.m.Patch(ctx, s.key(req), in.Path, in.OldString, in.NewString, in.ReplaceAll)
+	ask := s.elicit.Asker(req)
+	res, err := s.m.Patch(ctx, s.key(req), in.Path, in.OldString, in.NewString, in.ReplaceAll, manager.WithAsker(ask))
 	return writeResult(ask, res, err)
 }
 

@@ -18,6 +18,9 @@ const (
 	pemMaxBody = 64 << 10
 	// minSecret is the shortest body accepted for the prefixed token shapes.
 	minSecret = 20
+	// minTokenID is the shortest body accepted after a Modal token's
+	// "ak-" (token id) or "as-" (token secret).
+	minTokenID = 16
 	// minAuthCredential is the shortest credential accepted after
 	// "Authorization:" without a scheme word.
 	minAuthCredential = 16
@@ -53,6 +56,10 @@ var (
 	schemeByte [256]bool // a URL scheme: [A-Za-z0-9+.-]
 	// authorityByte: a URL's authority, up to its path, query or fragment.
 	authorityByte [256]bool
+	// keyByte: a key of YAML, JSON or TOML: [A-Za-z0-9_.-].
+	keyByte [256]bool
+	// digitByte: [0-9].
+	digitByte [256]bool
 	// Values of secret assignments: double- and single-quoted, unquoted at
 	// the start of a line (to its end), and unquoted elsewhere.
 	dqValue, sqValue, lineValue, argValue [256]bool
@@ -86,6 +93,8 @@ func init() {
 		dqValue[c] = lineValue[c] && b != '"'
 		sqValue[c] = lineValue[c] && b != '\''
 		argValue[c] = !tokenEnd[c] && bytes.IndexByte([]byte("&|<>()"), b) < 0
+		keyByte[c] = patBody[c] || b == '.' || b == '-'
+		digitByte[c] = b >= '0' && b <= '9'
 	}
 }
 
@@ -446,6 +455,14 @@ func nextAnchor(b []byte, i int) int {
 	return i
 }
 
+// runBack returns the start of the run of bytes in set that ends at i.
+func runBack(b []byte, i int, set *[256]bool) int {
+	for i > 0 && set[b[i-1]] {
+		i--
+	}
+	return i
+}
+
 // runOf returns the first index at or after i whose byte is not in set.
 func runOf(b []byte, i int, set *[256]bool) int {
 	for i < len(b) && set[b[i]] {
@@ -483,7 +500,10 @@ func matchAt(b []byte, i, min int, shell bool) match {
 				return m
 			}
 		}
-		return matchURL(b, i, min)
+		if m := matchURL(b, i, min); m.end != 0 {
+			return m
+		}
+		return matchKey(b, i, min)
 	case '=':
 		if afterAuthorization(b, i) {
 			if m := matchAuth(b, i, min); m.end != 0 {
@@ -512,13 +532,16 @@ func maybeSecret(b []byte, i int) bool {
 	switch b[i] {
 	case ':':
 		return (i >= 13 && (b[i-1]|0x20 == 'n' || b[i-1] == '"' || b[i-1] == '\'')) ||
-			(i+3 < len(b) && b[i+1] == '/' && b[i+2] == '/')
+			(i+3 < len(b) && b[i+1] == '/' && b[i+2] == '/') ||
+			// a key and its value: "key: v", "key": "v", 'key':'v'
+			(i > 0 && i+1 < len(b) && (b[i+1] == ' ' || b[i+1] == '\t' || b[i+1] == '"' || b[i+1] == '\'') &&
+				(b[i-1] == '"' || b[i-1] == '\'' || keyByte[b[i-1]] && keyStart(b, runBack(b, i, &keyByte))))
 	case '=':
-		return i > 0 && patBody[b[i-1]]
+		return i > 0 && patBody[b[i-1]] || i > 1 && (b[i-1] == ' ' || b[i-1] == '\t')
 	case '-':
-		return i >= 2 && (b[i-1] == 'k' || b[i-2] == 'x')
+		return i >= 2 && (b[i-1] == 'k' || b[i-2] == 'x' || b[i-1] == 's' && b[i-2] == 'a')
 	case '_':
-		return i >= 3 && (b[i-3] == 'g' || b[i-1] == 'b')
+		return i >= 3 && (b[i-3] == 'g' || b[i-1] == 'b' || b[i-3] == 'd' && b[i-1] == 'n')
 	case 'J':
 		return i >= 2 && b[i-1] == 'y'
 	case 'A':
@@ -544,6 +567,12 @@ func matchShape(b []byte, i, min int) match {
 				return match{from: s, start: s, end: e, keep: keep, more: &b64url}
 			}
 		}
+		// Modal's token id and secret: ak-..., as-...
+		if s := i - 2; s >= min && b[s] == 'a' && (b[s+1] == 'k' || b[s+1] == 's') && (s == 0 || !b64url[b[s-1]]) {
+			if e := runOf(b, i+1, &alnum); e-(i+1) >= minTokenID && (e == len(b) || !b64url[b[e]]) {
+				return match{from: s, start: s, end: e, keep: 3, more: &alnum}
+			}
+		}
 		// xoxb-, xoxp-, xoxa-, xoxr-, xoxs-
 		if s := i - 4; s >= min && b[s] == 'x' && b[s+1] == 'o' && b[s+2] == 'x' &&
 			bytes.IndexByte([]byte("abprs"), b[s+3]) >= 0 && wordStart(b, s) {
@@ -555,6 +584,12 @@ func matchShape(b []byte, i, min int) match {
 		// ghp_, gho_, ghu_, ghs_, ghr_
 		if s := i - 3; s >= min && b[s] == 'g' && b[s+1] == 'h' &&
 			bytes.IndexByte([]byte("pousr"), b[s+2]) >= 0 && wordStart(b, s) {
+			if e := runOf(b, i+1, &alnum); e-(i+1) >= minSecret {
+				return match{from: s, start: s, end: e, keep: 4, more: &alnum}
+			}
+		}
+		// Daytona's API keys: dtn_...
+		if s := i - 3; s >= min && b[s] == 'd' && b[s+1] == 't' && b[s+2] == 'n' && wordStart(b, s) {
 			if e := runOf(b, i+1, &alnum); e-(i+1) >= minSecret {
 				return match{from: s, start: s, end: e, keep: 4, more: &alnum}
 			}
@@ -697,14 +732,28 @@ func matchURL(b []byte, i, min int) match {
 // (shell), where "NAME=value cmd" ends the value at the blank. A value that begins with a known token shape keeps
 // that shape's public prefix.
 func matchAssign(b []byte, i, floor int, shell bool) match {
-	ns := i
+	ne := i
+	for ne > 0 && (b[ne-1] == ' ' || b[ne-1] == '\t') {
+		ne--
+	}
+	spaced := ne < i
+	ns := ne
 	for ns > 0 && patBody[b[ns-1]] {
 		ns--
 	}
-	if ns == i || digit(b[ns]) || !secretName(b[ns:i]) {
+	if ns == ne || digit(b[ns]) || !secretName(b[ns:ne]) {
 		return match{}
 	}
 	v := i + 1
+	if spaced {
+		// TOML and INI: "name = value", the name at the start of its line.
+		if !lineStart(b, ns) {
+			return match{}
+		}
+		for v < len(b) && (b[v] == ' ' || b[v] == '\t') {
+			v++
+		}
+	}
 	if v >= len(b) || v < floor {
 		return match{}
 	}
@@ -733,17 +782,155 @@ func matchAssign(b []byte, i, floor int, shell bool) match {
 	if e == v || b[v] == '=' {
 		return match{}
 	}
-	m := match{from: ns, start: v, end: e, more: more}
-	// A value that is itself a known shape keeps the shape's prefix.
+	return match{from: ns, start: v, end: e, more: more, keep: shapePrefix(b, v, e)}
+}
+
+// shapePrefix is the public prefix to keep of a secret value b[v:e] that
+// is itself a known shape (sk-proj-, ghp_ ...), 0 when it is none.
+func shapePrefix(b []byte, v, e int) int {
 	for j := v; j < min(e, v+12); j++ {
 		if b[j] != ':' && b[j] != '=' && anchorByte[b[j]] {
 			if t := matchShape(b, j, v); t.end != 0 && t.start == v {
-				m.keep = t.keep
-				break
+				return t.keep
 			}
 		}
 	}
-	return m
+	return 0
+}
+
+// credentialKeys are keys of YAML, JSON and TOML files (compared without
+// case, '-' read as '_') whose values are credentials although SecretName
+// does not say so: docker's config.json ("auth", "identitytoken",
+// "registrytoken") and kubeconfig's inline client key and certificate.
+// The keys SecretName knows (token, password, secret, token_secret,
+// client-secret, id-token, tls.key ...) count too.
+var credentialKeys = map[string]bool{
+	"auth": true, "identitytoken": true, "registrytoken": true,
+	"client_key_data": true, "client_certificate_data": true,
+}
+
+// pathKeys are keys whose values name a file that holds the credential,
+// not the credential (kubeconfig's client-key, a token file).
+var pathKeys = map[string]bool{
+	"client_key": true, "client_certificate": true, "certificate_authority": true,
+	"token_file": true, "tokenfile": true, "password_file": true, "key_file": true, "keyfile": true,
+}
+
+// credentialKey reports whether a key names a credential.
+func credentialKey(key []byte) bool {
+	if len(key) > 64 {
+		return false
+	}
+	var buf [64]byte
+	n := copy(buf[:], key)
+	for j := range n {
+		switch c := buf[j]; {
+		case c == '-' || c == '.':
+			buf[j] = '_'
+		case c >= 'A' && c <= 'Z':
+			buf[j] = c | 0x20
+		}
+	}
+	k := string(buf[:n])
+	return credentialKeys[k] || !pathKeys[k] && secretName(buf[:n])
+}
+
+// matchKey matches the value of a key that names a credential
+// (credentialKey), with the ':' at i: in YAML ("token: value", the key
+// first on its line, perhaps after "- "), and in JSON or YAML with a
+// quoted key anywhere ("auth": "value"). A quoted value runs to its
+// closing quote; an unquoted one is one word that must end its line (or
+// come before a comment, a ',' or a '}'), so prose ("Token: the one you
+// made") is left alone, as are YAML's own words (null, true, a block).
+func matchKey(b []byte, i, floor int) match {
+	k := i
+	var q byte
+	if k > 0 && (b[k-1] == '"' || b[k-1] == '\'') {
+		q = b[k-1]
+		k--
+	}
+	ns := k
+	for ns > 0 && keyByte[b[ns-1]] {
+		ns--
+	}
+	if ns == k {
+		return match{}
+	}
+	from := ns
+	if q != 0 {
+		if ns == 0 || b[ns-1] != q {
+			return match{}
+		}
+		from = ns - 1
+	} else if !keyStart(b, ns) {
+		return match{}
+	}
+	if !credentialKey(b[ns:k]) {
+		return match{}
+	}
+	v := i + 1
+	for v < len(b) && (b[v] == ' ' || b[v] == '\t') {
+		v++
+	}
+	if v >= len(b) || v < floor {
+		return match{}
+	}
+	var e int
+	var more *[256]bool
+	switch vq := b[v]; vq {
+	case '"', '\'':
+		more = &sqValue
+		if vq == '"' {
+			more = &dqValue
+		}
+		v++
+		for e = v; e < len(b) && more[b[e]]; e++ {
+			if vq == '"' && b[e] == '\\' && e+1 < len(b) && b[e+1] != '\n' {
+				e++ // an escaped character
+			}
+		}
+		e = min(e, len(b))
+	default:
+		if bytes.IndexByte([]byte("{[|>&*!#"), vq) >= 0 {
+			return match{}
+		}
+		more = &credByte
+		e = runOf(b, v, more)
+		switch w := string(bytes.ToLower(b[v:e])); {
+		case w == "null", w == "~", w == "true", w == "false":
+			return match{}
+		case runOf(b, v, &digitByte) == e:
+			return match{} // a count or a port (token_count: 12)
+		}
+		rest := e
+		for rest < len(b) && (b[rest] == ' ' || b[rest] == '\t') {
+			rest++
+		}
+		if rest < len(b) && b[rest] != '\n' && b[rest] != '\r' && b[rest] != ',' && b[rest] != '}' &&
+			(b[rest] != '#' || rest == e) {
+			return match{}
+		}
+	}
+	if e == v {
+		return match{}
+	}
+	return match{from: from, start: v, end: e, more: more, keep: shapePrefix(b, v, e)}
+}
+
+// keyStart reports whether the key at ns begins its line, perhaps after
+// blanks and YAML's "- " of a list item.
+func keyStart(b []byte, ns int) bool {
+	j := ns
+	for j > 0 && (b[j-1] == ' ' || b[j-1] == '\t') {
+		j--
+	}
+	if j < ns && j > 0 && b[j-1] == '-' {
+		j--
+		for j > 0 && (b[j-1] == ' ' || b[j-1] == '\t') {
+			j--
+		}
+	}
+	return j == 0 || b[j-1] == '\n' || b[j-1] == '\r'
 }
 
 // lineStart reports whether the name at ns begins its line, perhaps after
@@ -892,6 +1079,7 @@ var tokenPrefixes = [][]byte{
 	[]byte("sk-"), []byte("ghp_"), []byte("gho_"), []byte("ghu_"), []byte("ghs_"), []byte("ghr_"),
 	[]byte("github_pat_"), []byte("xoxb-"), []byte("xoxp-"), []byte("xoxa-"), []byte("xoxr-"),
 	[]byte("xoxs-"), []byte("AKIA"), []byte("ASIA"), []byte("AIza"), []byte("eyJ"),
+	[]byte("ak-"), []byte("as-"), []byte("dtn_"),
 }
 
 // RedactCommand is Redact for a shell command line, such as the command of
@@ -915,14 +1103,22 @@ func RedactCommand(cmd string) string {
 //   - OpenAI and Anthropic keys (sk-..., at least 20 characters after
 //     "sk-"), GitHub tokens (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_),
 //     Slack tokens (xoxb-, xoxp-, xoxa-, xoxr-, xoxs-), AWS access key ids
-//     (AKIA/ASIA + 16), Google API keys (AIza...) and JWTs; a shape glued
+//     (AKIA/ASIA + 16), Google API keys (AIza...), Modal token ids and
+//     secrets (ak-, as-), Daytona API keys (dtn_) and JWTs; a shape glued
 //     to a preceding letter or digit (as in "task-...") is not a secret;
 //   - the body of PEM private key blocks, which may span lines;
 //   - the credential of an Authorization header (Bearer, Basic, token and
 //     other schemes);
 //   - the password of a URL, scheme://user:PASSWORD@host;
 //   - the value of NAME=value when SecretName(NAME), as in the output of
-//     env, printenv, set and export -p, or a .env file.
+//     env, printenv, set and export -p, or a .env file, and of "name =
+//     value" at the start of a line (TOML, INI: ~/.modal.toml's
+//     token_id and token_secret);
+//   - the value of a YAML or JSON key that names a credential
+//     (credentialKeys, or SecretName of the key): kubeconfig's
+//     client-key-data, client-certificate-data, token and the OIDC
+//     tokens, docker's config.json "auth" and "identitytoken", a
+//     Kubernetes secret's "password:" or "tls.key:".
 func Redact(s string) string {
 	var out []byte
 	emit := func(p []byte) { out = append(out, p...) }

@@ -188,18 +188,3 @@ func (r *Registry) Adopt(env *terminal.Environment, key, id, command string, mv 
 	r.mu.Unlock()
 	return p
 }
-
-type detachKey struct{}
-
-// WithDetach returns a context that carries detach: a foreground terminal
-// call run under it (manager.Manager.Run) is moved to the background when
-// detach is closed. The MCP server uses it for a cancel that asks for it.
-func WithDetach(ctx context.Context, detach <-chan struct{}) context.Context {
-	return context.WithValue(ctx, detachKey{}, detach)
-}
-
-// DetachFrom returns the channel WithDetach put in ctx, or nil.
-func DetachFrom(ctx context.Context) <-chan struct{} {
-	ch, _ := ctx.Value(detachKey{}).(<-chan struct{})
-	return ch
-}

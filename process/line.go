@@ -53,7 +53,8 @@ func ParseLine(line string) (Line, bool) {
 	return Line{}, false
 }
 
-// Doer runs process tool calls in an environment; *manager.Manager is one.
+// Doer runs process tool calls in an environment; manager.Manager.Doer
+// returns one.
 type Doer interface {
 	Background(ctx context.Context, key string, req terminal.Request) StartResult
 	Process(ctx context.Context, key string, req Request) Result

@@ -12,7 +12,7 @@
 //     stripped from the command's own) or its memory;
 //   - descriptors berth inherited without close-on-exec are marked
 //     close-on-exec before every start, so a child gets only its stdio;
-//   - every process gets OwnerVar=<berth pid>.<start time> in its
+//   - every process gets procmark.OwnerVar=<berth pid>.<start time> in its
 //     environment, which whatever it starts inherits, wherever it goes
 //     (setsid, a double fork, nohup). A guardian process, started once,
 //     waits for berth to go away — its stdin is a pipe only berth holds, so
@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
+	"github.com/a55dbaac/berth/internal/procmark"
 	"github.com/creack/pty"
 )
 
@@ -86,7 +87,7 @@ func StartOn(t Thread, cmd *exec.Cmd, tty bool) (backend.Process, error) {
 	}
 	var p backend.Process
 	fork := func() {
-		cmd.Env = append(cmd.Env, OwnerVar+"="+Owner())
+		cmd.Env = append(cmd.Env, procmark.OwnerVar+"="+Owner())
 		closeInherited()
 		p, err = pr.fork()
 	}

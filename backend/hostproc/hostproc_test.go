@@ -217,7 +217,7 @@ done`, "scan", secret)
 
 // TestChildCarriesOwnerMark: every process gets berth's owner mark.
 func TestChildCarriesOwnerMark(t *testing.T) {
-	got := output(t, exec.Command("/bin/sh", "-c", `echo "$`+OwnerVar+`"`))
+	got := output(t, exec.Command("/bin/sh", "-c", `echo "$`+procmark.OwnerVar+`"`))
 	if strings.TrimSpace(got) != Owner() || !strings.HasPrefix(Owner(), strconv.Itoa(os.Getpid())+".") {
 		t.Fatalf("child's mark %q, want %q", got, Owner())
 	}
@@ -239,7 +239,7 @@ func TestNonDumpable(t *testing.T) {
 func TestReapOrphansSparesLiveOwners(t *testing.T) {
 	start := func(mark string) *exec.Cmd {
 		c := exec.Command("sleep", "300")
-		c.Env = append(os.Environ(), OwnerVar+"="+mark)
+		c.Env = append(os.Environ(), procmark.OwnerVar+"="+mark)
 		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		if err := c.Start(); err != nil {
 			t.Fatal(err)

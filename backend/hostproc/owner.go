@@ -15,10 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// OwnerVar names the environment variable that marks every process berth
-// starts on this machine with its owner, "<berth pid>.<berth start time>".
-const OwnerVar = "BERTH_OWNER"
-
 var (
 	ownerOnce sync.Once
 	owner     string
@@ -135,7 +131,7 @@ func startGuardian() {
 		slog.Warn("hostproc: no guardian for processes left after berth dies", "err", err)
 		return
 	}
-	cmd := exec.Command("/bin/sh", "-c", guardianScript, "berth-guardian", OwnerVar+"="+Owner())
+	cmd := exec.Command("/bin/sh", "-c", guardianScript, "berth-guardian", procmark.OwnerVar+"="+Owner())
 	cmd.Stdin = r
 	cmd.Dir = "/"
 	cmd.Env = guardianEnv
@@ -251,7 +247,7 @@ func ownerOf(pid int) string {
 	}
 	var mark string
 	for _, kv := range strings.Split(string(b), "\x00") {
-		if v, ok := strings.CutPrefix(kv, OwnerVar+"="); ok {
+		if v, ok := strings.CutPrefix(kv, procmark.OwnerVar+"="); ok {
 			mark = v // the last one wins, as in getenv
 		}
 	}

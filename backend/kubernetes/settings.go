@@ -36,14 +36,17 @@ type settings struct {
 	RuntimeClass   string            `json:"runtime_class,omitempty"`
 	RunAsUser      int               `json:"run_as_user"`
 
-	// Not part of the pod's shape.
-	Namespace    string // "" until the client config resolved it
-	Kubeconfig   string
-	Context      string
-	StorageClass string
-	VolumeSize   resource.Quantity
-	StartTimeout time.Duration
-	SessionEnv   map[string]string
+	// Not part of the pod's shape, so left out of its hash: a change of
+	// them needs no new pod, and SessionEnv holds secrets (forwarded
+	// variables, docker_env values) that must not reach a hash published
+	// on the pod (R8); they go to the shell over its stdin.
+	Namespace    string            `json:"-"` // "" until the client config resolved it
+	Kubeconfig   string            `json:"-"`
+	Context      string            `json:"-"`
+	StorageClass string            `json:"-"`
+	VolumeSize   resource.Quantity `json:"-"`
+	StartTimeout time.Duration     `json:"-"`
+	SessionEnv   map[string]string `json:"-"`
 
 	tolerations []corev1.Toleration
 	hash        string

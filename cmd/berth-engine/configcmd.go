@@ -11,6 +11,7 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/cmd/internal/cli/flagset"
 	"github.com/a55dbaac/berth/config"
+	"github.com/a55dbaac/berth/manager"
 )
 
 func newConfigCmd() *cobra.Command {
@@ -73,6 +74,11 @@ take JSON.`,
   berth config set terminal.docker_env '{"DEBUG":"1"}'`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if key := gateKey(args[0]); key != "" && manager.Nested(config.Default()) {
+				return fmt.Errorf("config set %s refused: this berth runs under another berth (a command berth started, or one below it), "+
+					"and the approval and sandbox settings are the user's to change, not a command's; "+
+					"the user can change them from their own terminal", key)
+			}
 			p, _, err := config.ResolvePath(c.ConfigPath, os.Getenv)
 			if err != nil {
 				return err
@@ -102,6 +108,23 @@ take JSON.`,
 		},
 	})
 	return root
+}
+
+// gateKey returns the dotted name of key when it is one of the settings
+// that decide what runs without the user's say (approvals.*,
+// command_allowlist, terminal.local_sandbox*), "" for any other key.
+func gateKey(key string) string {
+	n := strings.ToLower(strings.TrimSpace(key))
+	for _, k := range config.Keys() {
+		if k != n && (strings.Contains(n, ".") || k != "terminal."+n) {
+			continue
+		}
+		if strings.HasPrefix(k, "approvals.") || k == "command_allowlist" || strings.HasPrefix(k, "terminal.local_sandbox") {
+			return k
+		}
+		return ""
+	}
+	return ""
 }
 
 // printKeys lists every configuration key: shared ones, then the keys of

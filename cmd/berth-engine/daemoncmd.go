@@ -315,15 +315,20 @@ type localRunner struct {
 
 func (r *localRunner) setAsker(a approval.Asker) { r.asker = a }
 
-func (r *localRunner) run(ctx context.Context, line string, out io.Writer) (terminal.Result, error) {
-	if r.asker != nil {
-		ctx = approval.WithAsker(ctx, r.asker)
+// callOptions are the manager's call options: the asker, when one is set.
+func (r *localRunner) callOptions() []manager.CallOption {
+	if r.asker == nil {
+		return nil
 	}
+	return []manager.CallOption{manager.WithAsker(r.asker)}
+}
+
+func (r *localRunner) run(ctx context.Context, line string, out io.Writer) (terminal.Result, error) {
 	req := terminal.Request{Command: line, Timeout: r.c.Timeout, Workdir: r.c.Workdir}
 	if r.oneShot {
 		req.OnTimeout = terminal.OnTimeoutKill
 	}
-	res := r.m.Run(ctx, r.c.Task, req)
+	res := r.m.Run(ctx, r.c.Task, req, r.callOptions()...)
 	if out != nil && res.Output != "" {
 		fmt.Fprintln(out, res.Output)
 	}
@@ -335,7 +340,7 @@ func (r *localRunner) meta(ctx context.Context, line string) (json.RawMessage, b
 	if !ok {
 		return nil, false, nil
 	}
-	b, err := wire.MarshalJSON(l.Do(ctx, r.m, r.c.Task, r.c.Workdir))
+	b, err := wire.MarshalJSON(l.Do(ctx, r.m.Doer(r.callOptions()...), r.c.Task, r.c.Workdir))
 	return b, true, err
 }
 
@@ -408,7 +413,7 @@ func (r *daemonRunner) meta(ctx context.Context, line string) (json.RawMessage, 
 	}
 	req := r.request(wire.OpMeta)
 	req.Line = line
-	rep, err := r.cl.Run(ctx, req, wire.RunOptions{})
+	rep, err := r.cl.Run(ctx, req, wire.RunOptions{Ask: daemon.AskWith(r.asker)})
 	if wire.IsCode(err, wire.CodeNotMeta) {
 		return nil, false, nil
 	}

@@ -38,6 +38,13 @@ import (
 	"syscall"
 )
 
+// OwnerVar names the environment variable that marks every process berth
+// starts on this machine with its owner, "<berth pid>.<berth start time>"
+// (backend/hostproc sets it; its guardian and ReapOrphans find berth's
+// processes by it). A berth whose environment holds it runs under another
+// berth: the manager's approval gate reads it.
+const OwnerVar = "BERTH_OWNER"
+
 var (
 	selfOnce sync.Once
 	self     string

@@ -235,3 +235,51 @@ func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return lines[len(lines)-1]
 }
+
+// TestUnderBerth: a process whose own environment holds no owner mark is
+// under a berth when an ancestor's does (env -u removes the mark from the
+// process itself only); a tree without the mark is not.
+func TestUnderBerth(t *testing.T) {
+	if m := os.Getenv(OwnerVar); m != "" {
+		t.Skipf("the test itself runs under a berth (%s=%s)", OwnerVar, m)
+	}
+	if m := UnderBerth(os.Getpid()); m != "" {
+		t.Skipf("the test itself runs under a berth (an ancestor carries %s=%s)", OwnerVar, m)
+	}
+	// marked: sh (mark) -> sh -> env -u (no mark) -> sleep; the
+	// innermost prints its pid and waits.
+	run := func(env []string, script string) int {
+		t.Helper()
+		cmd := exec.Command("/bin/sh", "-c", script)
+		cmd.Env = env
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(line))
+		if err != nil {
+			t.Fatalf("pid line %q", line)
+		}
+		return pid
+	}
+	const inner = `/bin/sh -c 'env -u ` + OwnerVar + ` /bin/sh -c "echo \$\$; exec sleep 60"'; :`
+	base := []string{"PATH=" + os.Getenv("PATH")}
+	pid := run(append(base, OwnerVar+"=123.456"), inner)
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); err != nil || strings.Contains(string(b), OwnerVar) {
+		t.Fatalf("the innermost process still has the mark itself (%v): the test proves nothing", err)
+	}
+	if m := UnderBerth(pid); m != "123.456" {
+		t.Errorf("UnderBerth of a process whose grandparent carries the mark = %q, want 123.456", m)
+	}
+	if m := UnderBerth(run(base, inner)); m != "" {
+		t.Errorf("UnderBerth of a tree without the mark = %q, want none", m)
+	}
+}
