@@ -138,7 +138,8 @@ func (d *demux) Read(p []byte) (int, error) {
 func dockerRun(ctx context.Context, cli *client.Client, image string, network container.NetworkMode) (Phases, error) {
 	c := newClock()
 	cr, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config:     &container.Config{Image: image, Cmd: []string{"true"}, AttachStdout: true, AttachStderr: true},
+		Config: &container.Config{Image: image, Cmd: []string{"true"}, AttachStdout: true, AttachStderr: true,
+			Labels: map[string]string{Label: "1"}},
 		HostConfig: &container.HostConfig{AutoRemove: true, NetworkMode: network},
 	})
 	if err != nil {
@@ -181,7 +182,8 @@ func dockerRun(ctx context.Context, cli *client.Client, image string, network co
 func dockerReady(ctx context.Context, cli *client.Client, image string, network container.NetworkMode) (Phases, error) {
 	c := newClock()
 	cr, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config:     &container.Config{Image: image, Entrypoint: []string{"sleep", "infinity"}, Cmd: []string{}},
+		Config: &container.Config{Image: image, Entrypoint: []string{"sleep", "infinity"}, Cmd: []string{},
+			Labels: map[string]string{Label: "1"}},
 		HostConfig: &container.HostConfig{NetworkMode: network},
 	})
 	if err != nil {

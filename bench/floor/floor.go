@@ -30,6 +30,10 @@ import (
 	"github.com/a55dbaac/berth/bench"
 )
 
+// Label marks the containers and pods the bare starts make (value "1"),
+// so what a failed run leaves behind can be found.
+const Label = "berth.floor"
+
 // ErrNone is returned (wrapped) by For for a backend without floors here.
 var ErrNone = errors.New("floor: no physical floor for this backend")
 

@@ -183,7 +183,7 @@ func (k *kubeClient) barePod(ctx context.Context, image string, shell bool) (Pha
 	name := "berth-floor-" + hex.EncodeToString(nonce[:])
 	grace := int64(0)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"berth-floor": "1"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{Label: "1"}},
 		Spec: corev1.PodSpec{
 			Containers:                    []corev1.Container{{Name: "main", Image: image, Command: []string{"sleep", "infinity"}}},
 			RestartPolicy:                 corev1.RestartPolicyNever,

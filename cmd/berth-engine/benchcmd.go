@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -619,54 +616,23 @@ func ms2(s bench.Stats) string {
 // the berth front binary (next to this engine) through a warm daemon,
 // interleaved with `bash -c true`, then this engine through the same
 // daemon, then with --no-daemon; and, with idleN > 0, adds idleN idle
-// environments to the daemon and prints its memory per environment. It
-// uses a private berth home (the configuration file is the caller's) and
-// non-persistent environments, and stops that daemon at the end.
+// environments to the daemon and prints its memory per environment. The
+// daemon has a private berth home (bench.Daemon) and is stopped at the
+// end.
 func benchExec(ctx context.Context, cfg *config.Config, backendFlag string, n, idleN int) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("bench: find the berth executable: %w", err)
 	}
-	front := ""
-	if p := filepath.Join(filepath.Dir(exe), "berth"); p != exe {
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			front = p
-		}
-	}
-	home, err := os.MkdirTemp("", "berth-bench-")
+	d, err := bench.NewDaemon(exe, cfg.Path, backendFlag)
 	if err != nil {
-		return fmt.Errorf("bench: private home: %w", err)
+		return err
 	}
-	defer os.RemoveAll(home)
-	env := append(os.Environ(), "BERTH_HOME="+home, "BERTH_CONFIG="+cfg.Path, "BERTH_NO_DAEMON=", "TERMINAL_DAEMON=true",
-		"TERMINAL_CONTAINER_PERSISTENT=false")
-	run := func(name string, args ...string) error {
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Env = env
-		var errb bytes.Buffer
-		cmd.Stderr = &errb
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("bench: %s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
-		}
-		return nil
-	}
+	defer d.Close()
 	// Two keys: a one-process berth closing its environment at exit must
 	// not take the daemon's (a container of the same key) with it.
-	call := func(bin, key string, extra ...string) func() error {
-		args := []string{"exec", "--task", key}
-		if backendFlag != "" {
-			args = append(args, "--backend", backendFlag)
-		}
-		args = append(append(args, extra...), "--", bench.TrivialCommand)
-		return func() error { return run(bin, args...) }
-	}
-	defer func() {
-		stop := exec.Command(exe, "daemon", "stop")
-		stop.Env = env
-		_ = stop.Run()
-	}()
 	warmKey := fmt.Sprintf("bench-exec-%d", os.Getpid())
-	if err := call(exe, warmKey)(); err != nil { // starts the daemon and the environment
+	if err := d.Exec(exe, warmKey)(); err != nil { // starts the daemon and the environment
 		return err
 	}
 	if n > 0 {
@@ -674,137 +640,54 @@ func benchExec(ctx context.Context, cfg *config.Config, backendFlag string, n, i
 		if err != nil {
 			return fmt.Errorf("bench: bash -c true, the yardstick of a whole call: %w", err)
 		}
-		warm := exe
-		if front != "" {
-			warm = front
+		bashTrue := func() error { return exec.CommandContext(ctx, bash, "-c", bench.TrivialCommand).Run() }
+		st, err := bench.Interleave(n, 1, d.Exec(d.Warm(), warmKey), bashTrue)
+		if err != nil {
+			return err
 		}
 		// One series after the other: a one-process call's cleanup goes on
 		// for a moment after it exits, and would slow the call after it.
-		st, err := bench.Interleave(n, 1, call(warm, warmKey), func() error { return run(bash, "-c", bench.TrivialCommand) })
+		eng, err := bench.Series(n, 0, d.Exec(exe, warmKey))
 		if err != nil {
 			return err
 		}
-		eng, err := bench.Series(n, 0, call(exe, warmKey))
-		if err != nil {
-			return err
-		}
-		cold, err := bench.Series(n, 0, call(exe, warmKey+"-cold", "--no-daemon"))
+		cold, err := bench.Series(n, 0, d.Exec(exe, warmKey+"-cold", "--no-daemon"))
 		if err != nil {
 			return err
 		}
 		fmt.Printf("%-50s %10s %10s %6s\n", "whole call, process start included", "p50", "p90", "calls")
 		warmName := "berth exec -- true: berth (front) + daemon"
-		if front == "" {
+		if d.Front == "" {
 			warmName = "berth exec -- true: berth-engine + daemon"
 		}
 		fmt.Printf("%-50s %10s %10s %6d\n", warmName, ms(st[0].P50), ms(st[0].P90), st[0].N)
 		fmt.Printf("%-50s %10s %10s %6d\n", "bash -c true (interleaved with the above)", ms(st[1].P50), ms(st[1].P90), st[1].N)
-		if front != "" {
+		if d.Front != "" {
 			fmt.Printf("%-50s %10s %10s %6d\n", "berth exec -- true: berth-engine + daemon", ms(eng.P50), ms(eng.P90), eng.N)
 		}
 		fmt.Printf("%-50s %10s %10s %6d\n", "berth exec --no-daemon -- true", ms(cold.P50), ms(cold.P90), cold.N)
 		ratioLine("warm berth exec ÷ bash -c true, p50", st[0].P50, st[1].P50, execMax)
 		fmt.Printf("%-50s %9.1fx\n", "daemon speed-up at p50 (vs --no-daemon)", float64(cold.P50)/float64(st[0].P50))
-		if front == "" {
+		if d.Front == "" {
 			fmt.Printf("(no berth front binary next to %s: the warm row is the engine's)\n", exe)
 		}
 		fmt.Println()
 	}
 	if idleN > 0 {
-		return benchIdle(ctx, exe, env, call, idleN)
-	}
-	return nil
-}
-
-// benchIdle adds idleN idle environments (one berth exec each, keys of
-// their own) to the running daemon and prints its resident memory before
-// and after, per environment. The daemon's pid comes from berth daemon
-// status.
-func benchIdle(ctx context.Context, exe string, env []string, call func(bin, key string, extra ...string) func() error, idleN int) error {
-	st := exec.CommandContext(ctx, exe, "daemon", "status", "--json")
-	st.Env = env
-	out, err := st.Output()
-	if err != nil {
-		return fmt.Errorf("bench: daemon status: %w", err)
-	}
-	pid, err := daemonPid(out)
-	if err != nil {
-		return err
-	}
-	settle := func() (rss, anon int64, err error) {
-		runtime.GC() // ours: the daemon's own collector runs by itself
-		time.Sleep(2 * time.Second)
-		return procMem(pid)
-	}
-	beforeRSS, beforeAnon, err := settle()
-	if err != nil {
-		return err
-	}
-	for i := range idleN {
-		if err := call(exe, startKey("idle", i))(); err != nil {
+		m, err := d.IdleMemory(ctx, idleN, func(i int) string { return startKey("idle", i) }, 2*time.Second)
+		if err != nil {
 			return err
 		}
+		fmt.Printf("daemon memory, %d idle environments added: RSS %.1f -> %.1f MB, anonymous %.1f -> %.1f MB\n",
+			idleN, float64(m.BeforeRSS)/1e6, float64(m.AfterRSS)/1e6, float64(m.BeforeAnon)/1e6, float64(m.AfterAnon)/1e6)
+		verdict := "met"
+		if m.PerEnvRSS() > idleMaxKB*1000 {
+			verdict = "NOT met"
+		}
+		fmt.Printf("%-50s %7.0f kB (anonymous %.0f kB)   target <= %d kB: %s\n\n", "per idle environment (RSS)",
+			m.PerEnvRSS()/1000, m.PerEnvAnon()/1000, idleMaxKB, verdict)
 	}
-	afterRSS, afterAnon, err := settle()
-	if err != nil {
-		return err
-	}
-	perRSS := float64(afterRSS-beforeRSS) / float64(idleN) / 1000
-	perAnon := float64(afterAnon-beforeAnon) / float64(idleN) / 1000
-	fmt.Printf("daemon memory, %d idle environments added: RSS %.1f -> %.1f MB, anonymous %.1f -> %.1f MB\n",
-		idleN, float64(beforeRSS)/1e6, float64(afterRSS)/1e6, float64(beforeAnon)/1e6, float64(afterAnon)/1e6)
-	verdict := "met"
-	if perRSS > idleMaxKB {
-		verdict = "NOT met"
-	}
-	fmt.Printf("%-50s %7.0f kB (anonymous %.0f kB)   target <= %d kB: %s\n\n", "per idle environment (RSS)", perRSS, perAnon, idleMaxKB, verdict)
 	return nil
-}
-
-// daemonPid reads the pid of this build's daemon from berth daemon status
-// --json.
-func daemonPid(out []byte) (int, error) {
-	var st struct {
-		Running bool `json:"running"`
-		PID     int  `json:"pid"`
-	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		return 0, fmt.Errorf("bench: read berth daemon status --json: %w (%s)", err, bytes.TrimSpace(out))
-	}
-	if !st.Running || st.PID <= 0 {
-		return 0, fmt.Errorf("bench: no daemon of this build in berth daemon status --json: %s", bytes.TrimSpace(out))
-	}
-	return st.PID, nil
-}
-
-// procMem reads a process's resident memory (VmRSS) and its anonymous
-// part (RssAnon), in bytes.
-func procMem(pid int) (rss, anon int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, fmt.Errorf("bench: daemon memory: %w", err)
-	}
-	for line := range strings.Lines(string(b)) {
-		name, rest, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) != 2 || f[1] != "kB" {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[0], 10, 64)
-		switch name {
-		case "VmRSS":
-			rss = v * 1024
-		case "RssAnon":
-			anon = v * 1024
-		}
-	}
-	if rss == 0 {
-		return 0, 0, fmt.Errorf("bench: no VmRSS in /proc/%d/status", pid)
-	}
-	return rss, anon, nil
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond)) }
