@@ -461,11 +461,19 @@ func benchPool(ctx context.Context, cfg *config.Config, m *manager.Manager, cold
 }
 
 // benchScale starts n environments at once through berth (create, one
-// command, remove), then n bare starts at once, twice each in turn, and
-// compares the wall times.
+// command, remove), then n bare starts at once, then n least
+// persistent-shell starts at once, twice each in turn, and compares the
+// wall times.
 func benchScale(ctx context.Context, m *manager.Manager, fl *floor.Floors, n int) error {
-	var berthWall, bareWall []time.Duration
+	var berthWall, bareWall, readyWall []time.Duration
 	var each bench.Stats
+	atOnce := func(start func(context.Context) (floor.Phases, error)) (time.Duration, error) {
+		wall, _, err := bench.Concurrently(ctx, n, func(ctx context.Context, i int) error {
+			_, err := start(ctx)
+			return err
+		})
+		return wall, err
+	}
 	for round := range 2 {
 		wall, st, err := bench.Concurrently(ctx, n, func(ctx context.Context, i int) error {
 			_, _, err := berthStart(ctx, m, startKey(fmt.Sprintf("scale%d", round), i), nil)
@@ -475,23 +483,35 @@ func benchScale(ctx context.Context, m *manager.Manager, fl *floor.Floors, n int
 			return err
 		}
 		berthWall, each = append(berthWall, wall), st
-		if fl == nil || fl.BareStart == nil {
+		if fl == nil {
 			continue
 		}
-		wall, _, err = bench.Concurrently(ctx, n, func(ctx context.Context, i int) error {
-			_, err := fl.BareStart(ctx)
-			return err
-		})
-		if err != nil {
-			return err
+		if fl.BareStart != nil {
+			if wall, err = atOnce(fl.BareStart); err != nil {
+				return err
+			}
+			bareWall = append(bareWall, wall)
 		}
-		bareWall = append(bareWall, wall)
+		if fl.ReadyStart != nil {
+			if wall, err = atOnce(fl.ReadyStart); err != nil {
+				return err
+			}
+			readyWall = append(readyWall, wall)
+		}
 	}
 	fmt.Printf("%d environments at once (create, one command, remove)   wall, each round\n", n)
 	fmt.Printf("%-50s %s   (each: p50 %s, p90 %s)\n", "berth", durs(berthWall), ms(each.P50), ms(each.P90))
 	if len(bareWall) > 0 {
 		fmt.Printf("%-50s %s\n", clip(fmt.Sprintf("floor: %d x %s", n, fl.Bare), 50), durs(bareWall))
+	}
+	if len(readyWall) > 0 {
+		fmt.Printf("%-50s %s\n", clip(fmt.Sprintf("floor: %d x %s", n, fl.Ready), 50), durs(readyWall))
+	}
+	if len(bareWall) > 0 {
 		ratioLine("berth ÷ bare, wall (the rounds' medians)", median(berthWall), median(bareWall), scaleMax)
+	}
+	if len(readyWall) > 0 {
+		ratioLine("berth ÷ least persistent-shell, wall", median(berthWall), median(readyWall), 0)
 	}
 	fmt.Println()
 	return nil
