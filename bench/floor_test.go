@@ -5,6 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -33,7 +36,10 @@ import (
 //	go test -run '^$' -bench 'Local|Docker|Kubernetes' ./bench/
 //	go test -run '^$' -bench 'DockerCommand/Berth' -cpuprofile cpu.out ./bench/
 
-var atOnce = flag.Int("at-once", 64, "environments BenchmarkDockerAtOnce starts at once")
+var (
+	atOnce      = flag.Int("at-once", 64, "environments BenchmarkDockerAtOnce starts at once")
+	idleProfile = flag.String("idle-heap", "", "write a heap profile to this file while the idle environments of BenchmarkLocalIdle or BenchmarkDockerIdle are alive")
+)
 
 // fixture is one backend's environment through a manager, as the daemon
 // holds it, with the options its backend was made with (for the floors).
@@ -293,3 +299,76 @@ func TestFloorsLocal(t *testing.T) {
 		t.Errorf("local target %v, want 3 (issue 30)", fl.StreamMax)
 	}
 }
+
+// benchIdle adds 20 idle environments (one trivial command each) to the
+// fixture's manager, as the daemon holds them, and reports what each
+// keeps of this process's heap and goroutine stacks (runtime.MemStats
+// after a collection) and how many goroutines. The target is the
+// daemon's resident memory, at most 150 kB per idle environment (berth
+// bench --idle-n measures it on a real daemon); -idle-heap FILE with
+// -test.memprofilerate 1 writes a heap profile while the environments
+// are alive (go tool pprof -sample_index=inuse_space).
+func benchIdle(b *testing.B, fixture func(testing.TB) *fixture) {
+	f := fixture(b)
+	const n = 20
+	ctx := context.Background()
+	round := 0
+	for b.Loop() {
+		round++
+		before, gBefore := memNow()
+		var keys []string
+		for i := range n {
+			key := fmt.Sprintf("idle-%d-%d", round, i)
+			env, err := f.m.Env(ctx, key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := bench.Run(ctx, env); err != nil {
+				b.Fatal(err)
+			}
+			keys = append(keys, key)
+		}
+		time.Sleep(time.Second) // what starts with an environment settles
+		after, gAfter := memNow()
+		if *idleProfile != "" {
+			writeHeap(b, *idleProfile)
+		}
+		b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/n, "heap-B/env")
+		b.ReportMetric(float64(int64(after.StackInuse)-int64(before.StackInuse))/n, "stack-B/env")
+		b.ReportMetric(float64(gAfter-gBefore)/n, "goroutines/env")
+		b.StopTimer()
+		for _, k := range keys {
+			f.m.Close(ctx, k)
+		}
+		b.StartTimer()
+	}
+}
+
+// writeHeap writes a heap profile (inuse_space shows who holds memory
+// now) to name.
+func writeHeap(b *testing.B, name string) {
+	f, err := os.Create(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// memNow collects garbage and reads the memory statistics and the number
+// of goroutines.
+func memNow() (runtime.MemStats, int) {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m, runtime.NumGoroutine()
+}
+
+// BenchmarkLocalIdle: what an idle local environment keeps.
+func BenchmarkLocalIdle(b *testing.B) { benchIdle(b, localFixture) }
+
+// BenchmarkDockerIdle: what an idle docker environment keeps.
+func BenchmarkDockerIdle(b *testing.B) { benchIdle(b, dockerFixture) }
