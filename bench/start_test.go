@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/a55dbaac/berth/bench"
 )
 
 var (
@@ -75,4 +77,35 @@ func BenchmarkEngineStart(b *testing.B) {
 		}
 	}
 	b.ReportMetric(clock, "init-ms")
+}
+
+// BenchmarkWarmExec is a whole `berth exec -- true` through the front and
+// a warm daemon (local backend, a private berth home), interleaved with
+// `bash -c true`, each a new process; it reports both p50s and the ratio
+// (target: at most 1.3x).
+func BenchmarkWarmExec(b *testing.B) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		b.Skip("no bash:", err)
+	}
+	d, err := bench.NewDaemon(filepath.Join(binaries(b), "berth-engine"), "", "local")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	warm := d.Exec(d.Warm(), "warm")
+	if err := warm(); err != nil { // starts the daemon and the environment
+		b.Fatal(err)
+	}
+	bashTrue := func() error { return exec.Command(bash, "-c", bench.TrivialCommand).Run() }
+	for b.Loop() {
+		st, err := bench.Interleave(30, 2, warm, bashTrue)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(ms(st[0].P50), "berth-exec-p50-ms")
+		b.ReportMetric(ms(st[1].P50), "bash-p50-ms")
+		b.ReportMetric(float64(st[0].P50)/float64(st[1].P50), "x-bash")
+		b.ReportMetric(1.3, "x-target")
+	}
 }
