@@ -9,11 +9,13 @@ package bench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
@@ -205,3 +207,98 @@ func statusKB(name string) (int64, bool) {
 	}
 	return 0, false
 }
+
+// Series times n calls of fn after warm warm-up calls.
+func Series(n, warm int, fn func() error) (Stats, error) {
+	for range warm {
+		if err := fn(); err != nil {
+			return Stats{}, err
+		}
+	}
+	d := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		if err := fn(); err != nil {
+			return Stats{}, err
+		}
+		d = append(d, time.Since(start))
+	}
+	return summarise(d), nil
+}
+
+// Interleave times n rounds of fns, one call of each per round in turn
+// (a b c a b c ...), after warm rounds, and returns each one's statistics.
+// Measured so, a ratio of two of them holds while the machine's speed
+// drifts during the run (other work starting or stopping).
+func Interleave(n, warm int, fns ...func() error) ([]Stats, error) {
+	for range warm {
+		for _, fn := range fns {
+			if err := fn(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	d := make([][]time.Duration, len(fns))
+	for range n {
+		for i, fn := range fns {
+			start := time.Now()
+			if err := fn(); err != nil {
+				return nil, err
+			}
+			d[i] = append(d[i], time.Since(start))
+		}
+	}
+	st := make([]Stats, len(fns))
+	for i := range d {
+		st[i] = summarise(d[i])
+	}
+	return st, nil
+}
+
+// Concurrently runs fn(ctx, i) for i from 0 to n-1, all at once, and
+// returns the wall time from the first start to the last end and the
+// statistics of each call's own time. The first error is returned once
+// every call has ended.
+func Concurrently(ctx context.Context, n int, fn func(ctx context.Context, i int) error) (time.Duration, Stats, error) {
+	d := make([]time.Duration, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := time.Now()
+			errs[i] = fn(ctx, i)
+			d[i] = time.Since(s)
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return wall, Stats{}, fmt.Errorf("bench: %d at once: %w", n, err)
+	}
+	return wall, summarise(d), nil
+}
+
+// Run runs TrivialCommand through env's terminal path (session, output
+// pipeline, result) and fails unless it exits 0.
+func Run(ctx context.Context, env *terminal.Environment) error {
+	r := env.Run(ctx, terminal.Request{Command: TrivialCommand})
+	return resultErr(r)
+}
+
+// resultErr is a result's failure as an error.
+func resultErr(r terminal.Result) error {
+	if r.Error != nil {
+		return fmt.Errorf("bench: %s: %s", TrivialCommand, *r.Error)
+	}
+	if r.ExitCode != 0 {
+		return fmt.Errorf("bench: %s exited %d", TrivialCommand, r.ExitCode)
+	}
+	return nil
+}
+
+// ResultErr is r's failure as an error: its error, or an exit other than
+// 0; nil when the command succeeded.
+func ResultErr(r terminal.Result) error { return resultErr(r) }

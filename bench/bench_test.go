@@ -2,6 +2,9 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -152,5 +155,93 @@ func TestLatencyAndSpawnRun(t *testing.T) {
 	}, 3)
 	if err != nil || s.N != 3 || s.P50 <= 0 {
 		t.Fatalf("EnvStart: %+v %v", s, err)
+	}
+}
+
+// TestShellReadsTheStatus checks a round trip writes the command with its
+// marker, skips what comes before the marker, and fails on a status other
+// than 0 or an output that ends first.
+func TestShellReadsTheStatus(t *testing.T) {
+	var in strings.Builder
+	sh := NewShell(&in, strings.NewReader("noise\n__floor_1 0\n__floor_2 1\n"), nil)
+	if err := sh.RoundTrip(); err != nil {
+		t.Fatalf("first round trip: %v", err)
+	}
+	if want := "true; echo __floor_1 $?\n"; in.String() != want {
+		t.Fatalf("wrote %q, want %q", in.String(), want)
+	}
+	if err := sh.RoundTrip(); err == nil || !strings.Contains(err.Error(), "exited 1") {
+		t.Fatalf("second round trip (status 1): %v, want an exit error", err)
+	}
+	if err := sh.RoundTrip(); err == nil {
+		t.Fatal("third round trip on an ended output: no error")
+	}
+}
+
+// TestInterleave checks the calls alternate round by round and each
+// series has its count.
+func TestInterleave(t *testing.T) {
+	var order []string
+	rec := func(s string) func() error { return func() error { order = append(order, s); return nil } }
+	st, err := Interleave(3, 1, rec("a"), rec("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(order, ""); got != "abababab" {
+		t.Fatalf("order %q, want abababab (one warm-up round, three timed)", got)
+	}
+	if len(st) != 2 || st[0].N != 3 || st[1].N != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	if _, err := Interleave(2, 0, rec("a"), func() error { return errors.New("boom") }); err == nil {
+		t.Fatal("a failing call: no error")
+	}
+}
+
+// TestConcurrentlyRunsAllAtOnce checks every call runs at the same time:
+// each waits until all have started (a hang guard ends it if not).
+func TestConcurrentlyRunsAllAtOnce(t *testing.T) {
+	const n = 16
+	var started sync.WaitGroup
+	started.Add(n)
+	all := make(chan struct{})
+	go func() { started.Wait(); close(all) }()
+	_, st, err := Concurrently(context.Background(), n, func(ctx context.Context, i int) error {
+		started.Done()
+		select {
+		case <-all:
+			return nil
+		case <-time.After(time.Minute):
+			return errors.New("not all calls started together")
+		}
+	})
+	if err != nil || st.N != n {
+		t.Fatalf("Concurrently: %+v %v", st, err)
+	}
+	_, _, err = Concurrently(context.Background(), 4, func(ctx context.Context, i int) error {
+		if i == 2 {
+			return errors.New("call 2 failed")
+		}
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "call 2 failed") {
+		t.Fatalf("a failing call: %v", err)
+	}
+}
+
+// TestStartShellThroughTheBackend checks the shell kept open on a
+// backend's Start answers round trips.
+func TestStartShellThroughTheBackend(t *testing.T) {
+	be, err := local.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := StartShell(context.Background(), be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	if s, err := RoundTrips(sh, 10); err != nil || s.N != 10 {
+		t.Fatalf("RoundTrips: %+v %v", s, err)
 	}
 }
