@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -14,10 +13,8 @@ import (
 func TestImports(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("no go command to list the package's imports (CI is set, so this fails instead of skipping):", err)
-		}
-		t.Skip("no go command to list the package's imports:", err)
+		// go test puts its own go command on PATH: there is always one.
+		t.Fatal("no go command to list the package's imports:", err)
 	}
 	const pkg = "github.com/a55dbaac/berth/manager"
 	out, err := exec.Command(gobin, "list", "-deps", pkg).Output()
