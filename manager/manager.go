@@ -287,6 +287,9 @@ func (m *Manager) create(ctx context.Context, key string, from *backend.Checkpoi
 	if path.IsAbs(t.Cwd) || t.Cwd == "~" || strings.HasPrefix(t.Cwd, "~/") {
 		cwd = t.Cwd
 	}
+	if r, ok := be.(backend.Relocator); ok && cwd != "" {
+		cwd = r.Relocate(cwd) // a fork's copy of the configured directory
+	}
 	env = terminal.New(be, terminal.Options{
 		DefaultTimeout: time.Duration(t.Timeout) * time.Second,
 		MaxOutputChars: m.cfg.MaxOutputChars,

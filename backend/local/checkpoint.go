@@ -69,9 +69,12 @@ const checkpointHow = "workspace copied into berth's home, with reflinks where t
 // home is, the workspace it was made from, and the lock that says a
 // fork's workspace is in use.
 type fork struct {
-	key      string
-	home     string
-	origin   string   // the workspace of the checkpoint's source (Relocate), "" if none
+	key  string
+	home string
+	// origins are the workspaces this one stands in for (Relocate): the
+	// checkpoint's source's, and the configured one (terminal.cwd), when
+	// the environment works in a fork's workspace.
+	origins  []string
 	lock     *os.File // flock-ed while the environment uses a fork's workspace
 	why      string   // Capabilities.NoCheckpoint, "" when it can
 	progress func(backend.Event)
@@ -129,6 +132,9 @@ func workspaceFor(ctx context.Context, opts backend.Options, f *fork) (dir strin
 		if f.lock, err = takeLock(f.home, f.key); err != nil {
 			return "", false, err
 		}
+		if cfgDir, err := workDir(opts); err == nil {
+			f.origins = []string{cfgDir}
+		}
 		return ws, false, nil
 	}
 	cp := opts.From
@@ -146,7 +152,10 @@ func workspaceFor(ctx context.Context, opts backend.Options, f *fork) (dir strin
 	if err != nil {
 		return "", false, err
 	}
-	f.origin = cp.Meta["workspace"]
+	f.origins = []string{cp.Meta["workspace"]}
+	if cfgDir, err := workDir(opts); err == nil {
+		f.origins = append(f.origins, cfgDir)
+	}
 	if f.lock, err = takeLock(f.home, f.key); err != nil {
 		return "", false, err
 	}
@@ -284,17 +293,19 @@ func (l *Local) Checkpoint(ctx context.Context, name string) (backend.Checkpoint
 }
 
 // Relocate implements backend.Relocator: a path in the workspace of the
-// checkpoint's source is the same path in this environment's copy.
+// checkpoint's source, or in the configured workspace (terminal.cwd), is
+// the same path in this environment's copy.
 func (l *Local) Relocate(p string) string {
-	o := l.fork.origin
-	if o == "" || o == l.dir {
-		return p
-	}
-	if p == o {
-		return l.dir
-	}
-	if rel, ok := strings.CutPrefix(p, o+"/"); ok {
-		return filepath.Join(l.dir, rel)
+	for _, o := range l.fork.origins {
+		if o == "" || o == l.dir || o == "/" {
+			continue
+		}
+		if p == o {
+			return l.dir
+		}
+		if rel, ok := strings.CutPrefix(p, o+"/"); ok {
+			return filepath.Join(l.dir, rel)
+		}
 	}
 	return p
 }
