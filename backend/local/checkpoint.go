@@ -448,3 +448,43 @@ var (
 	_ backend.CheckpointAdmin = checkpointAdmin{}
 	_ backend.EnvAdmin        = envAdmin{}
 )
+
+// checkpointLine says, for berth doctor, where the workspace's checkpoints
+// and forks go and whether their copies can be reflinks.
+func checkpointLine(home, ws string) string {
+	line := fmt.Sprintf("checkpoints (berth env fork, checkpoint, restore): copies of the workspace in %s, forks' workspaces in %s", checkpointsRoot(home), workspacesRoot(home))
+	var a, b unix.Stat_t
+	if err := unix.Stat(ws, &a); err != nil {
+		return line
+	}
+	if err := unix.Stat(home, &b); err != nil {
+		return line + "; berth's home does not exist yet"
+	}
+	if a.Dev != b.Dev {
+		return line + "; the workspace and berth's home are on different filesystems, so every byte is copied (put BERTH_HOME on the workspace's filesystem for reflinks)"
+	}
+	if reflinks(home) {
+		return line + "; reflinks: yes (the copies share the workspace's blocks)"
+	}
+	return line + "; reflinks: no (this filesystem copies every byte: XFS with reflink=1 or btrfs would not)"
+}
+
+// reflinks reports whether dir's filesystem clones a file (FICLONE).
+func reflinks(dir string) bool {
+	src, err := os.CreateTemp(dir, ".berth-reflink-")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(src.Name())
+	defer src.Close()
+	if _, err := src.WriteString("berth"); err != nil {
+		return false
+	}
+	dst, err := os.CreateTemp(dir, ".berth-reflink-")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(dst.Name())
+	defer dst.Close()
+	return unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())) == nil
+}

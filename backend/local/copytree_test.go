@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -199,4 +200,30 @@ func xfsDir(tb testing.TB) string {
 		os.RemoveAll(base)
 	})
 	return mnt
+}
+
+// berth doctor's line on checkpoints says whether the copies can be
+// reflinks: no on ext4 (this machine's), yes on XFS with reflink=1, and
+// no across filesystems.
+func TestCheckpointLine(t *testing.T) {
+	var sfs syscall.Statfs_t
+	tmp := t.TempDir()
+	if err := syscall.Statfs(tmp, &sfs); err != nil || sfs.Type != unix.EXT4_SUPER_MAGIC {
+		t.Skip("the temporary directory is not on ext4")
+	}
+	home, ws := filepath.Join(tmp, "home"), filepath.Join(tmp, "ws")
+	os.Mkdir(home, 0o700)
+	os.Mkdir(ws, 0o755)
+	if l := checkpointLine(home, ws); !strings.Contains(l, "reflinks: no") {
+		t.Errorf("on ext4: %s", l)
+	}
+	x := xfsDir(t)
+	xh := filepath.Join(x, "home")
+	os.Mkdir(xh, 0o700)
+	if l := checkpointLine(xh, x); !strings.Contains(l, "reflinks: yes") {
+		t.Errorf("on XFS: %s", l)
+	}
+	if l := checkpointLine(xh, ws); !strings.Contains(l, "different filesystems") {
+		t.Errorf("across filesystems: %s", l)
+	}
 }
