@@ -214,6 +214,9 @@ func (b *Backend) Checkpoint(ctx context.Context, name string) (backend.Checkpoi
 		undo()
 		return backend.Checkpoint{}, err
 	}
+	if len(copied.retried) > 0 {
+		b.log.Warn("docker: checkpoint: files changed while a volume was copied; it was copied again", "volumes", copied.retried)
+	}
 	b.log.Info("docker: checkpoint", "checkpoint", id, "name", name, "image", shortID(strings.TrimPrefix(imageID, "sha256:")),
 		"copy", copied.how, "bytes", cp.Size)
 	return cp, nil
@@ -382,8 +385,9 @@ type copyPair struct{ role, from, to string }
 // the volumes' filesystem clones files, else "plain") and the size of the
 // copies in bytes (du: with reflinks it counts shared blocks too).
 type copyResult struct {
-	how   string
-	bytes int64
+	how     string
+	bytes   int64
+	retried []string // the roles whose copy was made again
 }
 
 // copyScript probes whether cp clones files on the destination's
@@ -499,6 +503,8 @@ func runCopy(ctx context.Context, cli *client.Client, host, image string, pairs 
 		switch {
 		case len(f) == 2 && f[0] == "how":
 			res.how = f[1]
+		case len(f) == 3 && f[0] == "attempts" && f[2] != "1":
+			res.retried = append(res.retried, f[1])
 		case len(f) >= 2 && f[0] == "du":
 			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
 				res.bytes += kb << 10

@@ -13,6 +13,7 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 )
 
@@ -417,5 +418,36 @@ func TestCheckpointCrashLeftoversSwept(t *testing.T) {
 	b := newBackend(t, fromCheckpoint(t, cp, nil))
 	if out := mustRun(t, b, "cat /root/kept"); out != "kept\n" {
 		t.Errorf("restoring after the sweep: %q", out)
+	}
+}
+
+// The sweep removes untagged checkpoint images no container runs from (a
+// checkpoint removed while an environment made from it ran, that
+// environment gone without its Close), and keeps one a container still
+// runs from.
+func TestCheckpointSweepUntaggedImages(t *testing.T) {
+	cli := dockerenv.Require(t)
+	ctx := context.Background()
+	src := newBackend(t, testOptions(t, nil))
+	mustRun(t, src, "set -e; mkdir -p /opt; echo x >/opt/x")
+	lost := "berth-ckpt-" + newNonce()
+	cr, err := cli.ContainerCommit(ctx, src.ContainerID(), client.ContainerCommitOptions{
+		NoPause: true, Config: &container.Config{Labels: map[string]string{LabelCheckpoint: lost}},
+	})
+	must(t, err)
+	t.Cleanup(func() { _, _ = cli.ImageRemove(context.Background(), cr.ID, client.ImageRemoveOptions{Force: true}) })
+
+	cp := checkpoint(t, src, "in use")
+	user := newBackend(t, fromCheckpoint(t, cp, nil))
+	must(t, (checkpointAdmin{}).Remove(ctx, backend.Options{}, cp))
+
+	if _, err := sweepCheckpoints(ctx, cli, daemonHost(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if k := kept(t, cli, lost); len(k) != 0 {
+		t.Errorf("an untagged checkpoint image no container runs from survived the sweep: %v", k)
+	}
+	if out := mustRun(t, user, "cat /opt/x"); out != "x\n" {
+		t.Errorf("an environment made from a removed checkpoint, after the sweep: %q", out)
 	}
 }
