@@ -451,3 +451,57 @@ func TestCheckpointSweepUntaggedImages(t *testing.T) {
 		t.Errorf("an environment made from a removed checkpoint, after the sweep: %q", out)
 	}
 }
+
+// A checkpoint of an environment made from a checkpoint carries both
+// generations' files. The two can be removed in either order, the first
+// while environments made from either still run, and once those are gone
+// nothing of either is left.
+func TestCheckpointOfAFork(t *testing.T) {
+	for _, order := range []string{"older first", "newer first"} {
+		t.Run(order, func(t *testing.T) { testCheckpointOfAFork(t, order == "older first") })
+	}
+}
+
+func testCheckpointOfAFork(t *testing.T, olderFirst bool) {
+	cli := dockerenv.Require(t)
+	ctx := context.Background()
+	src := newBackend(t, testOptions(t, nil))
+	mustRun(t, src, "set -e; mkdir -p /opt; echo 1 >/opt/one; echo 1 >/root/one")
+	first, err := src.Checkpoint(ctx, "first")
+	must(t, err)
+	fork, err := New(ctx, fromCheckpoint(t, first, nil))
+	must(t, err)
+	mustRun(t, fork, "set -e; echo 2 >/opt/two; echo 2 >/root/two")
+	second, err := fork.Checkpoint(ctx, "second")
+	must(t, err)
+	forkOfFork, err := New(ctx, fromCheckpoint(t, second, nil))
+	must(t, err)
+	if out := mustRun(t, forkOfFork, "cat /opt/one /root/one /opt/two /root/two"); out != "1\n1\n2\n2\n" {
+		t.Errorf("a fork of a fork: %q", out)
+	}
+
+	gone, stays := first, second
+	if !olderFirst {
+		gone, stays = second, first
+	}
+	must(t, (checkpointAdmin{}).Remove(ctx, backend.Options{}, gone))
+	if out := mustRun(t, forkOfFork, "cat /opt/one /opt/two"); out != "1\n2\n" {
+		t.Errorf("a fork of a fork after checkpoint %s went: %q", gone.Name, out)
+	}
+	again, err := New(ctx, fromCheckpoint(t, stays, nil))
+	if err != nil {
+		t.Fatalf("restoring checkpoint %s after %s went: %v", stays.Name, gone.Name, err)
+	}
+	if out := mustRun(t, again, "cat /opt/one"); out != "1\n" {
+		t.Errorf("restored from checkpoint %s after %s went: %q", stays.Name, gone.Name, out)
+	}
+	for _, b := range []*Backend{fork, forkOfFork, again} {
+		must(t, b.Close(ctx))
+	}
+	must(t, (checkpointAdmin{}).Remove(ctx, backend.Options{}, stays))
+	for _, cp := range []backend.Checkpoint{first, second} {
+		if k := kept(t, cli, cp.ID); len(k) != 0 {
+			t.Errorf("checkpoint %s (%s) keeps %v", cp.Name, cp.ID, k)
+		}
+	}
+}
