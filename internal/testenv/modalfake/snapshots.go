@@ -39,7 +39,7 @@ type snapshotHold struct {
 // its sandbox finishes, its timeout passes or its caller gives up): a test
 // of what goes on while a snapshot is in progress then checks it inside
 // the snapshot by construction, not by timing. Each held snapshot sends
-// its sandbox id on held (which keeps the last 64 unread). release lets
+// its sandbox id on held (64 unread at most; later ones are not sent). release lets
 // them all go on and ends the hold; it is idempotent.
 func (s *Server) HoldSnapshots() (held <-chan string, release func()) {
 	h := &snapshotHold{held: make(chan string, 64), released: make(chan struct{})}
