@@ -164,9 +164,9 @@ func (c *control) ImageDelete(ctx context.Context, req *pb.ImageDeleteRequest) (
 		return nil, status.Errorf(codes.NotFound, "Image '%s' not found", req.GetImageId())
 	}
 	if img.snapshot {
-		if _, err := s.docker.ImageRemove(ctx, img.ref, client.ImageRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			s.log.Warn("modalfake: remove snapshot image", "image", img.id, "err", err)
-		}
+		// A sandbox made from it runs on (its content goes with the last
+		// one, dropDeletedImage).
+		s.removeImageContent(ctx, img.ref)
 	}
 	return &emptypb.Empty{}, nil
 }

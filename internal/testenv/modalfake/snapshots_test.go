@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
 	modal "github.com/modal-labs/libmodal/modal-go"
 
+	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 	"github.com/a55dbaac/berth/internal/testenv/modalfake"
 )
 
@@ -157,6 +159,19 @@ func TestSeveralSandboxesFromOneSnapshot(t *testing.T) {
 	}
 	if ids := srv.SnapshotImages(); len(ids) != 0 {
 		t.Fatalf("snapshot images after the delete: %v", ids)
+	}
+	// Its content goes with the last sandbox made from it.
+	for _, k := range kids {
+		if _, err := k.Terminate(ctx, &modal.SandboxTerminateParams{Wait: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	imgs, err := dockerenv.Require(t).ImageList(ctx, client.ImageListOptions{Filters: make(client.Filters).Add("label", modalfake.LabelInstance+"="+srv.Instance())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(imgs.Items) != 0 {
+		t.Fatalf("the deleted snapshot's content stays in the daemon after its last sandbox ended: %v", imgs.Items)
 	}
 }
 
