@@ -56,6 +56,12 @@ func TestConformance(t *testing.T) {
 					{"ProxyJumpTwoHops", testProxyJumpTwoHops},
 					{"ProxyJumpFromSSHConfig", testProxyJumpFromSSHConfig},
 					{"ProxyCommand", testProxyCommand},
+					{"CheckpointCarriesFiles", testCheckpointCarriesFiles},
+					{"CheckpointRemovalLeavesNothing", testCheckpointRemovalLeavesNothing},
+					{"CheckpointHostileNames", testCheckpointHostileNames},
+					{"CheckpointRefusesHome", testCheckpointRefusesHome},
+					{"CheckpointOtherCp", testCheckpointOtherCp},
+					{"CheckpointInterrupted", testCheckpointInterrupted},
 				} {
 					t.Run(c.name, c.fn)
 				}
