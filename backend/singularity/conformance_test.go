@@ -47,6 +47,11 @@ func TestConformance(t *testing.T) {
 					{"EnvAdmin", testEnvAdmin},
 					{"Doctor", testDoctor},
 					{"MissingBinaryIsUnreachable", testMissingBinary},
+					{"CheckpointDirOverlay", testCheckpointDirOverlay},
+					{"CheckpointImageOverlay", testCheckpointImageOverlay},
+					{"CheckpointTmpfsRefused", testCheckpointTmpfsRefused},
+					{"CheckpointHostileNames", testCheckpointHostileNames},
+					{"CheckpointCrashLeftovers", testCheckpointCrashLeftovers},
 				} {
 					t.Run(c.name, func(t *testing.T) { c.fn(t, e) })
 				}
