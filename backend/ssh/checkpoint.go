@@ -51,10 +51,12 @@ import (
 //
 // An environment made from a checkpoint (Options.From) works in
 // <workspace>.berth/env/<key>-<hash>, and so does a later environment of
-// the same key: every command of a key with such a directory starts there
-// (the test is part of the remote command, so it costs no round trip).
-// berth env rm KEY removes that directory (envAdmin); the user's own
-// workspace is never written by a checkpoint, a fork or a restore.
+// the same key: New looks for that directory on the host (one command on
+// the connection the environment uses next anyway) when terminal.cwd can
+// be checkpointed, and Relocate maps terminal.cwd, as configured and as
+// resolved, to it. berth env rm KEY removes that directory (envAdmin); the
+// user's own workspace is never written by a checkpoint, a fork or a
+// restore.
 //
 // A crash never leaves a copy berth cannot find: copies are made in
 // .tmp-* directories marked with the copying shell's pid, start time and
@@ -67,10 +69,11 @@ import (
 // checkpointHow is Capabilities.Checkpoint of an environment that can.
 const checkpointHow = "workspace (terminal.cwd) copied on the host with cp -a --reflink=auto (a plain cp -a where cp lacks --reflink) into <workspace>.berth beside it"
 
-// forkState is what an environment made from a checkpoint knows.
+// forkState is what an environment working in a fork's workspace knows.
 type forkState struct {
-	ws     string // its workspace, a copy of the checkpoint; "" when not made from one
-	origin string // the workspace of the checkpoint's source (Relocate)
+	ws     string // its workspace, <root>.berth/env/<key id>; "" when it works in terminal.cwd
+	root   string // terminal.cwd resolved on the host (absolute, logical)
+	origin string // the workspace of the checkpoint it was made from, "" when not made from one
 }
 
 // workspaceOf normalises terminal.cwd into the form the scripts take: an
@@ -153,38 +156,45 @@ func keyID(key string) string {
 }
 
 // startDir is the fragment of every remote command without its own
-// directory: into the environment's copy when it was made from a
-// checkpoint; into the key's fork workspace when one exists beside a
-// checkpointable workspace, else into terminal.cwd.
+// directory that changes into the default one: the fork's workspace when
+// the environment works in one, else terminal.cwd.
 func (b *Backend) startDir() (string, error) {
+	dir := b.opts.Config.Cwd
 	if b.fork.ws != "" {
-		q, err := quote(b.fork.ws)
-		if err != nil {
-			return "", fmt.Errorf("ssh backend: workspace: %w", err)
-		}
-		return "cd " + q + " && ", nil
+		dir = b.fork.ws
 	}
-	cwd := b.opts.Config.Cwd
-	dir, err := dirWord(cwd)
+	w, err := dirWord(dir)
 	if err != nil {
 		return "", fmt.Errorf("ssh backend: terminal.cwd: %w", err)
 	}
-	ws, why := workspaceOf(cwd)
+	if w == "" {
+		return "", nil
+	}
+	return "cd " + w + " && ", nil
+}
+
+// findFork looks on the host for the key's fork workspace beside a
+// checkpointable terminal.cwd; a later environment of a forked key works
+// there. A workspace that is missing (or the home) means none.
+func (b *Backend) findFork(ctx context.Context) error {
+	ws, why := workspaceOf(b.opts.Config.Cwd)
 	if why != "" {
-		if dir == "" {
-			return "", nil
-		}
-		return "cd " + dir + " && ", nil
+		return nil
 	}
-	fork := ws + ".berth/env/" + keyID(b.opts.Key)
-	if !strings.HasPrefix(fork, "/") {
-		fork = "~/" + fork
+	res, err := b.runScript(ctx, findScript, ws, keyID(b.opts.Key))
+	var se *scriptError
+	if errors.As(err, &se) && (se.code == 3 || se.code == 4) {
+		return nil
 	}
-	fw, err := dirWord(fork)
 	if err != nil {
-		return "", fmt.Errorf("ssh backend: terminal.cwd: %w", err)
+		return fmt.Errorf("ssh backend: look for the fork workspace of %q on %s: %w", b.opts.Key, b.t, err)
 	}
-	return "if [ -d " + fw + " ]; then cd " + fw + "; else cd " + dir + "; fi && ", nil
+	if len(res) == 2 && res[1] != "" {
+		b.fork = forkState{ws: res[1], root: res[0]}
+		b.defaultCd, err = b.startDir()
+		return err
+	}
+	return nil
 }
 
 // scriptLib is the start of every checkpoint script, run by `sh -c` on the
@@ -261,6 +271,12 @@ copy() {
 result() { printf '\0berth-result\0'; for f in "$@"; do printf '%s\0' "$f"; done; }
 `
 
+// findScript: $1 workspace, $2 key id. The workspace resolved and the
+// key's fork workspace, "" when there is none.
+const findScript = `resolve "$1" || exit
+if [ -d "$base/env/$2" ]; then result "$root" "$base/env/$2"; else result "$root" ""; fi
+`
+
 // checkpointScript: $1 workspace, $2 key id, $3 checkpoint directory name,
 // $4 its berth.json, $5 "transient" for a fork's own checkpoint.
 const checkpointScript = `resolve "$1" || exit
@@ -295,7 +311,7 @@ printf '%s\n' "$4" >"$base/env/$2.json" || { rm -rf -- "$t"; exit 1; }
 if [ -e "$dst" ] || [ -L "$dst" ]; then mv -- "$dst" "$t/old" || { rm -rf -- "$t"; exit 1; }; fi
 if ! mv -- "$t/tree" "$dst"; then [ ! -e "$t/old" ] || mv -- "$t/old" "$dst"; rm -rf -- "$t"; exit 1; fi
 rm -rf -- "$t"
-result "$dst" "$how"
+result "$dst" "$how" "$root"
 `
 
 // removeScript: $1 a checkpoint's directory.
@@ -483,10 +499,10 @@ func (b *Backend) fromCheckpoint(ctx context.Context, cp *backend.Checkpoint) er
 	if err != nil {
 		return fmt.Errorf("ssh backend: environment from checkpoint %s on %s: %w", cp.ID, b.t, err)
 	}
-	if len(res) != 2 {
+	if len(res) != 3 {
 		return fmt.Errorf("ssh backend: environment from checkpoint on %s: unexpected result %q", b.t, res)
 	}
-	b.fork = forkState{ws: res[0], origin: cp.Meta["workspace"]}
+	b.fork = forkState{ws: res[0], root: res[2], origin: cp.Meta["workspace"]}
 	cd, err := b.startDir()
 	if err != nil {
 		return err
@@ -496,22 +512,35 @@ func (b *Backend) fromCheckpoint(ctx context.Context, cp *backend.Checkpoint) er
 	return nil
 }
 
-// Workspace is the directory of the environment made from a checkpoint
-// (its copy on the host), "" for one that was not.
+// Workspace is the fork's workspace the environment works in (a copy on
+// the host), "" when it works in terminal.cwd.
 func (b *Backend) Workspace() string { return b.fork.ws }
 
-// Relocate implements backend.Relocator: a path in the workspace of the
-// checkpoint's source is the same path in this environment's copy.
+// Relocate implements backend.Relocator. In an environment that works in
+// a fork's workspace, a path in the workspace of the checkpoint's source,
+// or in terminal.cwd (as configured, "~/x" included, or as resolved on
+// the host), is the same path in the fork's copy; any other path, and
+// every path of an environment working in terminal.cwd, is returned
+// unchanged.
 func (b *Backend) Relocate(p string) string {
-	o := b.fork.origin
-	if o == "" || b.fork.ws == "" || o == b.fork.ws {
+	ws := b.fork.ws
+	if ws == "" {
 		return p
 	}
-	if p == o {
-		return b.fork.ws
+	cfg, _ := workspaceOf(b.opts.Config.Cwd)
+	if cfg != "" && !strings.HasPrefix(cfg, "/") {
+		cfg = "~/" + cfg
 	}
-	if rel, ok := strings.CutPrefix(p, strings.TrimSuffix(o, "/")+"/"); ok {
-		return path.Join(b.fork.ws, rel)
+	for _, from := range []string{b.fork.origin, b.fork.root, cfg, b.opts.Config.Cwd} {
+		if from == "" || from == ws {
+			continue
+		}
+		if p == from {
+			return ws
+		}
+		if rel, ok := strings.CutPrefix(p, strings.TrimSuffix(from, "/")+"/"); ok {
+			return path.Join(ws, rel)
+		}
 	}
 	return p
 }
@@ -526,7 +555,7 @@ func (checkpointAdmin) Remove(ctx context.Context, opts backend.Options, cp back
 	if err := checkCheckpoint(&cp); err != nil {
 		return err
 	}
-	opts.From = nil
+	opts.From, opts.Key = nil, ""
 	b, err := New(ctx, opts)
 	if err != nil {
 		return err
@@ -562,7 +591,7 @@ func admin(ctx context.Context, opts backend.Options) (*Backend, string, error) 
 	if why != "" {
 		return nil, "", nil
 	}
-	opts.From = nil
+	opts.From, opts.Key = nil, ""
 	b, err := New(ctx, opts)
 	if err != nil {
 		return nil, "", err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -158,13 +159,21 @@ func testCheckpointCarriesFiles(t *testing.T) {
 	}
 	// A later environment of the key, not made from a checkpoint, works in
 	// the key's copy, not in terminal.cwd; another key in terminal.cwd.
+	// Relocate maps terminal.cwd there (the session starts in what it
+	// maps terminal.cwd to).
 	later := newTestBackend(t, wsOptions(t, s, "fork", ws))
 	if got := out(t, later, `pwd; cat f`); got != fork.Workspace()+"\none\n" {
 		t.Fatalf("a later environment of the fork's key sees %q", got)
 	}
+	if later.Workspace() != fork.Workspace() || later.Relocate(ws) != fork.Workspace() || later.Relocate(ws+"/a b") != fork.Workspace()+"/a b" {
+		t.Errorf("a later environment of the fork's key: Workspace %q, Relocate(cwd) %q", later.Workspace(), later.Relocate(ws))
+	}
 	other := newTestBackend(t, wsOptions(t, s, "other", ws))
 	if got := out(t, other, `pwd; cat f`); got != ws+"\nchanged\n" {
 		t.Fatalf("an environment of another key sees %q", got)
+	}
+	if other.Workspace() != "" || other.Relocate(ws) != ws {
+		t.Errorf("an environment of another key: Workspace %q, Relocate(cwd) %q", other.Workspace(), other.Relocate(ws))
 	}
 	// A fork of the fork: checkpointed from the fork's copy, mapped from it.
 	out(t, again, `echo gen2 >gen`)
@@ -177,7 +186,10 @@ func testCheckpointCarriesFiles(t *testing.T) {
 		t.Fatalf("a fork of a fork sees %q", got)
 	}
 	if got := grand.Relocate(fork.Workspace() + "/sub"); got != grand.Workspace()+"/sub" {
-		t.Errorf("fork of a fork: Relocate = %q", got)
+		t.Errorf("fork of a fork: Relocate(its source's dir) = %q", got)
+	}
+	if got := grand.Relocate(ws); got != grand.Workspace() {
+		t.Errorf("fork of a fork: Relocate(terminal.cwd) = %q", got)
 	}
 	// berth env ls finds the forks' workspaces by key.
 	envs, err := envAdmin{}.List(context.Background(), wsOptions(t, s, "", ws))
@@ -190,6 +202,39 @@ func testCheckpointCarriesFiles(t *testing.T) {
 	}
 	if len(keys) != 3 || keys["fork"] != fork.Workspace() || keys["second"] != second.Workspace() || keys["grand"] != grand.Workspace() {
 		t.Errorf("env ls = %+v, want fork, second and grand", envs)
+	}
+}
+
+// testCheckpointHomeRelativeCwd: a terminal.cwd under the remote home
+// ("~/x") is a workspace like any other; Relocate maps it, as configured
+// and as resolved, into the fork's copy.
+func testCheckpointHomeRelativeCwd(t *testing.T) {
+	s := sshenv.Start(t)
+	probe := newTestBackend(t, testOptions(s, nil))
+	sub := "berth-ckpt-test-" + strconv.Itoa(os.Getpid()) + " x"
+	home := strings.TrimSpace(out(t, probe, `cd && pwd`))
+	out(t, probe, `mkdir -p ~/"`+sub+`"`)
+	t.Cleanup(func() { run(t, probe, sh(`rm -rf ~/"`+sub+`" ~/"`+sub+`.berth"`)) })
+	cfg := "~/" + sub
+	src := newTestBackend(t, wsOptions(t, s, "src", cfg))
+	out(t, src, `echo tilde >f`)
+	cp := checkpoint(t, src, "t")
+	if cp.Meta["workspace"] != home+"/"+sub {
+		t.Fatalf("checkpoint of %q copied %q", cfg, cp.Meta["workspace"])
+	}
+	fork := fromCheckpoint(t, wsOptions(t, s, "fork", cfg), cp)
+	if fork.Workspace() != home+"/"+sub+".berth/env/"+keyID("fork") {
+		t.Fatalf("fork workspace %q", fork.Workspace())
+	}
+	for in, want := range map[string]string{
+		cfg: fork.Workspace(), cfg + "/d": fork.Workspace() + "/d", home + "/" + sub + "/d": fork.Workspace() + "/d", "~": "~", home: home,
+	} {
+		if got := fork.Relocate(in); got != want {
+			t.Errorf("Relocate(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := out(t, fork, `pwd; cat f`); got != fork.Workspace()+"\ntilde\n" {
+		t.Fatalf("fork sees %q", got)
 	}
 }
 

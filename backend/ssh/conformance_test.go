@@ -57,6 +57,7 @@ func TestConformance(t *testing.T) {
 					{"ProxyJumpFromSSHConfig", testProxyJumpFromSSHConfig},
 					{"ProxyCommand", testProxyCommand},
 					{"CheckpointCarriesFiles", testCheckpointCarriesFiles},
+					{"CheckpointHomeRelativeCwd", testCheckpointHomeRelativeCwd},
 					{"CheckpointRemovalLeavesNothing", testCheckpointRemovalLeavesNothing},
 					{"CheckpointHostileNames", testCheckpointHostileNames},
 					{"CheckpointRefusesHome", testCheckpointRefusesHome},

@@ -128,9 +128,10 @@ var (
 )
 
 // New resolves the target from opts (terminal settings and ~/.ssh/config).
-// It does not connect (the first Start does), unless opts.From asks for an
-// environment made from a checkpoint: that copy is made on the host before
-// New returns. Missing ssh_host or ssh_user is
+// It does not connect (the first Start does) unless terminal.cwd names a
+// workspace other than the remote home: it then looks on the host for the
+// key's fork workspace, or makes it when opts.From asks for an environment
+// made from a checkpoint (checkpoint.go). Missing ssh_host or ssh_user is
 // a *ConfigError naming the setting.
 func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	log := opts.Log()
@@ -143,13 +144,17 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	if b.defaultCd, err = b.startDir(); err != nil {
 		return nil, err
 	}
+	// An environment made from a checkpoint works in a fresh copy of it
+	// on the host, a later one of the same key in that copy
+	// (checkpoint.go).
 	if opts.From != nil {
-		// An environment made from a checkpoint works in a fresh copy of
-		// it on the host (checkpoint.go).
-		if err := b.fromCheckpoint(ctx, opts.From); err != nil {
-			b.Close(context.WithoutCancel(ctx))
-			return nil, err
-		}
+		err = b.fromCheckpoint(ctx, opts.From)
+	} else if opts.Key != "" {
+		err = b.findFork(ctx)
+	}
+	if err != nil {
+		b.Close(context.WithoutCancel(ctx))
+		return nil, err
 	}
 	return b, nil
 }
