@@ -16,7 +16,7 @@ import (
 	"github.com/a55dbaac/berth/internal/procmark"
 )
 
-func ckpt(t *testing.T, b *Backend, name string) backend.Checkpoint {
+func ckpt(t testing.TB, b *Backend, name string) backend.Checkpoint {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -37,7 +37,7 @@ func wsOptions(t *testing.T, s *sshenv.Server, key, ws string) backend.Options {
 
 // out runs script in b's default directory and fails the test unless it
 // succeeds.
-func out(t *testing.T, b backend.Backend, script string) string {
+func out(t testing.TB, b backend.Backend, script string) string {
 	t.Helper()
 	r := run(t, b, sh(script))
 	if r.err != nil || r.code != 0 {
@@ -46,7 +46,7 @@ func out(t *testing.T, b backend.Backend, script string) string {
 	return r.out
 }
 
-func checkpoint(t *testing.T, b *Backend, name string) backend.Checkpoint {
+func checkpoint(t testing.TB, b *Backend, name string) backend.Checkpoint {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
