@@ -384,6 +384,12 @@ func (b *Backend) prepareFrom(ctx context.Context, cp *backend.Checkpoint) error
 		return err
 	case sb.Labels[LabelBerth] != "1" || sb.Labels[LabelKey] != b.spec.Key:
 		return fmt.Errorf("daytona: a sandbox named %s exists that berth did not create for key %q; remove it or use another key", b.spec.Name, b.spec.Key)
+	case going[sb.GetState()]:
+		// Deleted already (the environment a restore replaces, closed):
+		// its name is free once it is gone.
+		if _, err := b.waitState(ctx, sb.Id, apiclient.SANDBOXSTATE_DESTROYED); err != nil && !errors.Is(err, errGone) {
+			return fmt.Errorf("daytona: restore checkpoint %q: %w", cp.Name, err)
+		}
 	default:
 		b.log.Info("daytona: replacing the key's sandbox with one made from the checkpoint", "sandbox", b.spec.Name, "checkpoint", cp.Name, "state", sb.GetState())
 		if err := b.delete(ctx, sb.Id, true); err != nil {

@@ -170,7 +170,7 @@ func (b *Backend) ensure(ctx context.Context) (sb *apiclient.Sandbox, created bo
 				return nil, false, fmt.Errorf("daytona: recover sandbox %s: %w", sp.Name, err)
 			}
 		case failed[st] && !replaced:
-			b.log.Warn("daytona: replacing a failed sandbox (its files are lost)", "sandbox", sp.Name, "state", st, "reason", sb.GetErrorReason())
+			b.log.Warn("daytona: replacing a failed sandbox (its files are lost)", "sandbox", sp.Name, "state", st, "reason", sb.GetErrorReason(), "made_from", b.createdFrom())
 			if err := b.delete(ctx, sb.Id, true); err != nil {
 				return nil, false, err
 			}
