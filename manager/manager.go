@@ -119,6 +119,7 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 		c.Sandboxed = caps.Isolation == backend.IsolationImage
 		if caps.Isolation == backend.IsolationWorkspace {
 			c.Writable = slices.Clone(caps.Confinement.Writable)
+			c.Protected = slices.Clone(caps.Confinement.Protected)
 			c.SignalsConfined = caps.Confinement.Signals
 		}
 		c.Cwd = env.Session().Cwd()
