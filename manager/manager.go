@@ -152,6 +152,9 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 		}
 		c.Names = env.Session().Names()
 		c.Definitions = env.Session().Definitions()
+		if ifs, ok := env.Session().IFS(); ok {
+			c.IFS = &ifs
+		}
 	}
 	if workdir != "" {
 		c.Cwd = workdir

@@ -99,8 +99,10 @@ const commandEnv = "export PAGER=cat GIT_PAGER=cat GIT_TERMINAL_PROMPT=0\n"
 //
 // __berth_ready prints the start frame: the shell's pid, its start time
 // (field 22 of /proc/PID/stat, so the kill script can tell it from a
-// process that reused the pid), the cwd, the shell kind and the temporary
-// directory.
+// process that reused the pid), the cwd, the shell kind, the temporary
+// directory and IFS (x and its value, "" when unset). A snapshot starts
+// with IFS too, as its length in characters (none when unset), a colon and
+// the value.
 const bashHelpers = `
 __berth_cd() {
   __berth_t=$1
@@ -142,6 +144,7 @@ __berth_post() {
   if [[ -n ${4-} ]]; then builtin command rm -f -- "$4"; fi
   builtin printf '` + markerPrefix + `%s_%s\000%s\000' "$2" "$__berth_ec" "$PWD"
   if [[ $3 = 1 ]]; then
+    builtin printf '%s:%s\001' "${IFS+${#IFS}}" "${IFS-}"
     builtin export -p
     builtin printf '\001'
     builtin compgen -A function
@@ -159,7 +162,7 @@ __berth_ready() {
     builtin set -- $__berth_l
     __berth_st=${20-}
   fi
-  builtin printf '` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" bash "${TMPDIR:-/tmp}" >&19
+  builtin printf '` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" bash "${TMPDIR:-/tmp}" "${IFS+x$IFS}" >&19
 }
 `
 
@@ -203,7 +206,7 @@ __berth_post() {
   if command [ -n "${__berth_i-}" ]; then >|"$__berth_i"; __berth_i=; fi
   if command [ -n "${4-}" ]; then command rm -f -- "$4"; fi
   command printf '` + markerPrefix + `%s_%s\000%s\000' "$2" "$__berth_ec" "$PWD"
-  if command [ "$3" = 1 ]; then command export -p; fi
+  if command [ "$3" = 1 ]; then command printf '%s:%s\001' "${IFS+${#IFS}}" "${IFS-}"; command export -p; fi
   command printf '\000'
 }
 __berth_ready() {
@@ -213,7 +216,7 @@ __berth_ready() {
     set -- $__berth_l
     __berth_st=${20-}
   fi
-  command printf '` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" sh "${TMPDIR:-/tmp}" >&9
+  command printf '` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" sh "${TMPDIR:-/tmp}" "${IFS+x$IFS}" >&9
 }
 `
 

@@ -62,6 +62,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/internal/randhex"
@@ -155,8 +156,12 @@ type Session struct {
 	exports string          // last snapshot of exported variables (export -p)
 	names   map[string]bool // functions and aliases the shell defines
 	defs    string          // their definitions (declare -f, alias -p), berth's own left out
-	starts  int
-	closed  bool
+	// ifs is IFS in the shell as of its start or the last snapshot, when
+	// ifsKnown.
+	ifs      string
+	ifsKnown bool
+	starts   int
+	closed   bool
 
 	jobsMu   sync.Mutex
 	jobs     map[int]identity // background processes started by StartDetached
@@ -256,6 +261,75 @@ func (s *Session) Definitions() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.defs
+}
+
+// IFS reports IFS in the session's shell as of its last report (its
+// start, or the snapshot after a command that could change it), and false
+// when the report did not parse or a shell that died is yet to be
+// replaced. An
+// unset IFS is reported as the default, which splits alike.
+func (s *Session) IFS() (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.sh == nil && s.starts == 0:
+		// The first shell starts with the default: every shell sets it so
+		// at start, whatever its environment says.
+		return defaultIFS, true
+	case s.sh == nil || s.sh.exited():
+		// The next shell replays the last exports, which may hold IFS.
+		return "", false
+	}
+	return s.ifs, s.ifsKnown
+}
+
+// defaultIFS is IFS in a shell that has not set it.
+const defaultIFS = " \t\n"
+
+// startIFS reads the start frame's IFS field: x and the value, "" when
+// unset.
+func startIFS(field string) (string, bool) {
+	switch {
+	case field == "":
+		return defaultIFS, true
+	case strings.HasPrefix(field, "x"):
+		return field[1:], true
+	}
+	return "", false
+}
+
+// snapIFS splits IFS off the front of a snapshot: its length in
+// characters (none when unset), a colon, the value and \x01. It returns
+// the value, the rest of the snapshot and whether the front parsed (a
+// value of bytes the shell counted otherwise does not).
+func snapIFS(snap string) (ifs, rest string, ok bool) {
+	n, after, found := strings.Cut(snap, ":")
+	if !found {
+		return "", snap, false
+	}
+	if n == "" {
+		v, r, found := strings.Cut(after, "\x01")
+		return defaultIFS, r, found && v == ""
+	}
+	want, err := strconv.Atoi(n)
+	if err != nil || want < 0 {
+		return "", snap, false
+	}
+	if want < len(after) && after[want] == '\x01' && utf8.RuneCountInString(after[:want]) != want {
+		// Counted in bytes (a shell in the C locale).
+		return after[:want], after[want+1:], true
+	}
+	i := 0
+	for k := 0; k < want && i < len(after); k++ {
+		_, size := utf8.DecodeRuneInString(after[i:])
+		i += size
+	}
+	if i >= len(after) || after[i] != '\x01' {
+		// IFS is not known; the rest most likely follows the first \x01.
+		_, r, _ := strings.Cut(after, "\x01")
+		return "", r, false
+	}
+	return after[:i], after[i+1:], true
 }
 
 // ShellPID reports the pid of the running shell inside the target, or ""
@@ -390,7 +464,7 @@ func (s *Session) ensure(ctx context.Context) error {
 		s.release(sh)
 		return fmt.Errorf("session: write init script on %s: %w", s.be.Name(), err)
 	}
-	fr := newFramer(n, 5)
+	fr := newFramer(n, 6)
 	var junk strings.Builder
 	sink := limitWriter{w: &junk, n: 4096}
 	for {
@@ -404,6 +478,7 @@ func (s *Session) ensure(ctx context.Context) error {
 			recycle(chunk)
 			if done {
 				sh.pid, sh.start, s.cwd, sh.bash, sh.tmp = fr.got[0], fr.got[1], fr.got[2], fr.got[3] == "bash", fr.got[4]
+				s.ifs, s.ifsKnown = startIFS(fr.got[5])
 				sh.rest = fr.rest
 				if junk.Len() > 0 {
 					s.log.Debug("session: shell start printed", "backend", s.be.Name(), "output", junk.String())
@@ -671,6 +746,7 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 // left out: a restored shell keeps the one it was started with, and
 // background jobs carry their own.
 func (s *Session) keepSnapshot(snap string) {
+	s.ifs, snap, s.ifsKnown = snapIFS(snap)
 	exports, rest, _ := strings.Cut(snap, "\x01")
 	names, defs, _ := strings.Cut(rest, "\x01")
 	exports = treeLine.ReplaceAllString(exports, "")
