@@ -5,10 +5,11 @@
 // functions and aliases persist because every command runs in the same
 // shell.
 //
-// The frame travels on a descriptor private to the shell: commands run
-// without it, with stdout and stderr given to them alone, so a command that
-// redirects or closes its output (exec >/dev/null 2>&1) ends normally and
-// the next command's output is captured again. Before a command runs the
+// The frame travels on a copy of the output pipe that the command cannot
+// reach (bash keeps it while the command's own stdout and stderr are given
+// to it alone, POSIX sh on a private descriptor closed for the command), so
+// a command that redirects or closes its output (exec >/dev/null 2>&1) ends
+// normally and the next command's output is captured again. Before a command runs the
 // shell acknowledges it, so a command the shell never read (it died just
 // before) is retried on a fresh shell instead of being reported as a
 // success. berth's own shell code is written to be immune to the state a
@@ -53,6 +54,8 @@ package session
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -331,8 +334,18 @@ func tmpDir(shellTmp string) string {
 	return "/tmp"
 }
 
-// nonce is a fresh random marker for framing one command.
+// nonce is a fresh random marker (for files, marks and separators).
 func nonce() string { return randhex.String(12) }
+
+// lineNonce is a fresh random nonce for one command line: 16 characters of
+// base64url, the frame's 12 (72 bits) and the acknowledgement's 4 (see
+// ackNonce). Shorter than nonce because the shell reads its command line a
+// byte at a time: every byte of it costs every command.
+func lineNonce() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
 
 // ensure starts a shell if none is running. Callers hold s.mu.
 func (s *Session) ensure(ctx context.Context) error {
@@ -525,7 +538,7 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 		if !sh.bash {
 			snap = "1" // no cheap way to learn sh's function names
 		}
-		n := nonce()
+		n := lineNonce()
 		line := commandLine(sh.bash, n, req.Workdir, stdinArg, redir, req.Command, snap, cleanup)
 		res, err, ran := s.runOnce(ctx, sh, n, snap, line, timeout, req, out)
 		if ran || attempt > 0 {
@@ -555,7 +568,7 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 		werr <- err
 	}()
 
-	ack, fr := newFramer(n, 1), newFramer(n, 3)
+	ack, fr := newFramer(ackNonce(n), 1), newFramer(frameNonce(n), 3)
 	acked, framed := false, false
 	// feed passes output on (to out, and to the Handoff's output once the
 	// command is handed off) until the acknowledgement, then until the
