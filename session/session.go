@@ -152,14 +152,16 @@ type Session struct {
 	abort     chan struct{} // closed by Close: interrupts a running command
 	abortOnce sync.Once
 
-	mu      sync.Mutex      // serialises commands
-	sh      *shell          // nil when no shell is running
-	cwd     string          // last known cwd
-	exports string          // last snapshot of exported variables (export -p)
-	names   map[string]bool // functions and aliases the shell defines
-	defs    string          // their definitions (declare -f, alias -p), berth's own left out
-	starts  int
-	closed  bool
+	mu       sync.Mutex      // serialises commands
+	sh       *shell          // nil when no shell is running
+	cwd      string          // last known cwd
+	exports  string          // last snapshot of exported variables (export -p)
+	names    map[string]bool // functions and aliases the shell defines
+	nameList []string        // the same, sorted (Names)
+	defs     string          // their definitions (declare -f, alias -p), berth's own left out
+	starts   int
+	closed   bool
+	timer    *time.Timer // the running command's timeout, reused
 
 	jobsMu   sync.Mutex
 	jobs     map[int]identity // background processes started by StartDetached
@@ -180,7 +182,7 @@ type shell struct {
 	start  string        // start time (field 22 of /proc/PID/stat), "" if unknown
 	bash   bool          // bash rather than POSIX sh
 	tmp    string        // the shell's temporary directory
-	chunks chan []byte   // output chunks; closed at EOF
+	chunks chan *[]byte  // output chunks, from chunkPool; closed at EOF
 	rerr   error         // why the output ended; valid once chunks is closed
 	done   chan struct{} // closed when the process has exited
 	code   int           // exit status, valid after done
@@ -238,16 +240,12 @@ func (s *Session) Cwd() string {
 // Names reports the functions and aliases the shell is known to define,
 // sorted, as of the last snapshot of its state (taken after every command
 // that may change it, on bash): a later command calling one runs whatever
-// its definition says.
+// its definition says. The list is the session's own, made at the
+// snapshot and asked for before every command: callers must not change it.
 func (s *Session) Names() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.names))
-	for n := range s.names {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return s.nameList
 }
 
 // Definitions reports the definitions of the functions and aliases the
@@ -286,7 +284,7 @@ func (s *Session) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopShell()
-	s.starts, s.exports, s.names, s.defs, s.cwd = 0, "", nil, "", ""
+	s.starts, s.exports, s.names, s.nameList, s.defs, s.cwd = 0, "", nil, nil, "", ""
 }
 
 // Close stops the shell and everything its commands started, interrupting
@@ -369,7 +367,7 @@ func (s *Session) ensure(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("session: start shell on %s: %w", s.be.Name(), err)
 	}
-	sh := &shell{proc: proc, chunks: make(chan []byte, 16), done: make(chan struct{})}
+	sh := &shell{proc: proc, chunks: make(chan *[]byte, 16), done: make(chan struct{})}
 	go sh.read()
 	go func() {
 		sh.code, sh.err = proc.Wait()
@@ -413,7 +411,7 @@ func (s *Session) ensure(ctx context.Context) error {
 				s.release(sh)
 				return fmt.Errorf("session: shell on %s ended during start: %q", s.be.Name(), junk.String())
 			}
-			done := fr.feed(chunk, &sink)
+			done := fr.feed(*chunk, &sink)
 			recycle(chunk)
 			if done {
 				sh.pid, sh.start, s.cwd, sh.bash, sh.tmp = fr.got[0], fr.got[1], fr.got[2], fr.got[3] == "bash", fr.got[4]
@@ -448,10 +446,11 @@ func (s *Session) discard(sh *shell) {
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // recycle returns a chunk to the pool once its consumer is done with it
-// (the framer and the output writers copy what they keep).
-func recycle(chunk []byte) {
-	b := chunk[:cap(chunk)]
-	chunkPool.Put(&b)
+// (the framer and the output writers copy what they keep). Chunks travel
+// as the pool's pointers, so that giving one back allocates nothing.
+func recycle(chunk *[]byte) {
+	*chunk = (*chunk)[:cap(*chunk)]
+	chunkPool.Put(chunk)
 }
 
 // read pumps the process's output into the chunk channel until EOF.
@@ -462,7 +461,8 @@ func (sh *shell) read() {
 		bp := chunkPool.Get().(*[]byte)
 		n, err := r.Read(*bp)
 		if n > 0 {
-			sh.chunks <- (*bp)[:n]
+			*bp = (*bp)[:n]
+			sh.chunks <- bp
 		} else {
 			chunkPool.Put(bp)
 		}
@@ -524,9 +524,15 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 
 	var timeout <-chan time.Time
 	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		timeout = t.C
+		// One timer for the session's commands, which run one at a time:
+		// stopped, it delivers nothing stale to the next (Go 1.23 timers).
+		if s.timer == nil {
+			s.timer = time.NewTimer(req.Timeout)
+		} else {
+			s.timer.Reset(req.Timeout)
+		}
+		defer s.timer.Stop()
+		timeout = s.timer.C
 	}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -561,11 +567,13 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 		sh.rest = nil
 	}
 	// Write in the background: a large command can fill the pipe while the
-	// shell is still producing output from an earlier stray job.
-	werr := make(chan error, 1)
+	// shell is still producing output from an earlier stray job. Nothing
+	// waits for the write: a failed one means the shell is gone, and its
+	// exit shows on done.
 	go func() {
-		_, err := io.WriteString(sh.proc.Stdin(), line)
-		werr <- err
+		if _, err := io.WriteString(sh.proc.Stdin(), line); err != nil {
+			s.log.Debug("session: write command", "backend", s.be.Name(), "err", err)
+		}
 	}()
 
 	ack, fr := newFramer(ackNonce(n), 1), newFramer(frameNonce(n), 3)
@@ -589,7 +597,7 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 	}
 	// handoff gives the running command and its shell to a Handoff, which
 	// follows it to its end from here on.
-	var chunks <-chan []byte
+	var chunks <-chan *[]byte
 	handoff := func() Result {
 		h := s.handoff(sh)
 		dst = h.pw
@@ -634,7 +642,7 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 				chunks = nil
 				continue
 			}
-			done := feed(chunk)
+			done := feed(*chunk)
 			recycle(chunk)
 			if done {
 				return finish(), nil, true
@@ -654,12 +662,6 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 			}
 			res, err := s.shellEnded(sh, broken)
 			return res, err, acked
-		case err := <-werr:
-			if err != nil {
-				s.log.Debug("session: write command", "backend", s.be.Name(), "err", err)
-				// The shell is gone; its exit will show on done.
-			}
-			werr = nil
 		case <-timeout:
 			s.stop(sh, feed)
 			return Result{ExitCode: 124, Cwd: s.cwd, TimedOut: true}, nil, true
@@ -694,6 +696,11 @@ func (s *Session) keepSnapshot(snap string) {
 			s.names[n] = true
 		}
 	}
+	s.nameList = make([]string, 0, len(s.names))
+	for n := range s.names {
+		s.nameList = append(s.nameList, n)
+	}
+	sort.Strings(s.nameList)
 	s.defs = userDefinitions(defs)
 }
 
@@ -762,7 +769,7 @@ func (s *Session) drain(sh *shell, feed func([]byte) bool) (broken error) {
 				}
 				return nil
 			}
-			done := feed(chunk)
+			done := feed(*chunk)
 			recycle(chunk)
 			if done {
 				return nil
