@@ -53,6 +53,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -64,6 +65,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
@@ -188,6 +190,17 @@ type shell struct {
 	code   int           // exit status, valid after done
 	err    error         // Wait error, valid after done
 	rest   []byte        // output read past the last frame
+
+	// ackWant is the acknowledgement the running command's line makes the
+	// shell print, set before the line is written; the reader compares
+	// the first chunk it reads after that with it, and when the chunk is
+	// that acknowledgement and nothing else (the usual case: the shell
+	// prints it alone, before the command runs) takes it in place of the
+	// command's follower, setting acked: a command then wakes its
+	// follower once, for the frame. Any other first chunk goes to the
+	// follower as it is, whose framer finds the acknowledgement there.
+	ackWant atomic.Pointer[[]byte]
+	acked   atomic.Bool
 }
 
 // exited reports whether the shell process has ended.
@@ -460,7 +473,10 @@ func (sh *shell) read() {
 	for {
 		bp := chunkPool.Get().(*[]byte)
 		n, err := r.Read(*bp)
-		if n > 0 {
+		if want := sh.ackWant.Swap(nil); n > 0 && want != nil && bytes.Equal((*bp)[:n], *want) {
+			sh.acked.Store(true)
+			chunkPool.Put(bp)
+		} else if n > 0 {
 			*bp = (*bp)[:n]
 			sh.chunks <- bp
 		} else {
@@ -566,6 +582,10 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 		out.Write(sh.rest)
 		sh.rest = nil
 	}
+	ack, fr := newFramer(ackNonce(n), 1), newFramer(frameNonce(n), 3)
+	want := append(ack.marker[:len(ack.marker):len(ack.marker)], 0)
+	sh.acked.Store(false)
+	sh.ackWant.Store(&want)
 	// Write in the background: a large command can fill the pipe while the
 	// shell is still producing output from an earlier stray job. Nothing
 	// waits for the write: a failed one means the shell is gone, and its
@@ -576,13 +596,21 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 		}
 	}()
 
-	ack, fr := newFramer(ackNonce(n), 1), newFramer(frameNonce(n), 3)
 	acked, framed := false, false
+	dst := out
+	// takeAck takes in an acknowledgement the reader took (ackWant): what
+	// the acknowledgement's framer held back was output after all.
+	takeAck := func() {
+		if !acked && sh.acked.Load() {
+			ack.flush(dst)
+			acked = true
+		}
+	}
 	// feed passes output on (to out, and to the Handoff's output once the
 	// command is handed off) until the acknowledgement, then until the
 	// frame; it reports whether the frame is complete.
-	dst := out
 	feed := func(b []byte) bool {
+		takeAck()
 		if !acked {
 			if !ack.feed(b, dst) {
 				return false
@@ -602,6 +630,7 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 		h := s.handoff(sh)
 		dst = h.pw
 		flush := func() {
+			takeAck()
 			if !acked {
 				ack.flush(dst)
 			} else {
@@ -649,6 +678,7 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 			}
 		case <-sh.done:
 			broken := s.drain(sh, feed)
+			takeAck()
 			if framed {
 				// The frame made it out before the shell went away.
 				s.release(sh)
