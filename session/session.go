@@ -191,6 +191,9 @@ type shell struct {
 	err    error         // Wait error, valid after done
 	rest   []byte        // output read past the last frame
 
+	parent      string // ShellParent's answer for this shell
+	parentKnown bool
+
 	// ackWant is the acknowledgement the running command's line makes the
 	// shell print, set before the line is written; the reader compares
 	// the first chunk it reads after that with it, and when the chunk is
@@ -281,6 +284,23 @@ func (s *Session) ShellPID() string {
 		return ""
 	}
 	return s.sh.pid
+}
+
+// ShellParent returns lookup(pid) for the running shell's pid, asked once
+// per shell and kept: a shell's parent, as its $PPID, is fixed when it
+// starts, and the approval gate asks for it before every command (reading
+// it from /proc each time was a third of the daemon's CPU for a trivial
+// command). It is "" when no shell is running.
+func (s *Session) ShellParent(lookup func(pid string) string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sh == nil {
+		return ""
+	}
+	if !s.sh.parentKnown {
+		s.sh.parent, s.sh.parentKnown = lookup(s.sh.pid), true
+	}
+	return s.sh.parent
 }
 
 // Starts reports how many shells this session has started.
