@@ -176,7 +176,7 @@ func (s *Session) captureLocked(ctx context.Context) (State, error) {
 // and returns its output. Callers hold s.mu and have a shell (ensure).
 func (s *Session) runLocked(ctx context.Context, command string) (string, error) {
 	sh := s.sh
-	n := nonce()
+	n := lineNonce()
 	line := commandLine(sh.bash, n, "", "", "</dev/null", command, "0", "")
 	var out bytes.Buffer
 	res, err, ran := s.runOnce(ctx, sh, n, "0", line, nil, Request{}, &out)
