@@ -9,7 +9,7 @@ import "testing"
 func TestPerCall(t *testing.T) {
 	perCall := map[string]bool{
 		"terminal.timeout": true, "terminal.on_timeout": true, "terminal.max_foreground_timeout": true,
-		"terminal.lifetime_seconds": true, "terminal.daemon": true,
+		"terminal.lifetime_seconds": true, "terminal.daemon": true, "terminal.warm_pool": true,
 		"approvals.mode": true, "approvals.deny": true, "command_allowlist": true,
 		"terminal.fake_ratio": true,
 	}
