@@ -251,6 +251,7 @@ func (s *Server) slotWith(ctx context.Context, key string, l *loaded) (*slot, []
 		}
 		notes = append(notes, s.heldNotes(key, held)...)
 	}
+	sl.m.SetPools(s.pools)
 	sl.m.StartSweeper(s.ctx)
 	s.slots[key] = sl
 	s.mu.Unlock()
