@@ -78,6 +78,7 @@ type process struct {
 	stdin       *stdin
 	stdout      *io.PipeReader
 	pw          *io.PipeWriter
+	spareEnd    string        // a pooled container's spare: the line that ends its argv (pool.go)
 	last        atomic.Int64  // unix nanoseconds of the last output chunk
 	eof         chan struct{} // closed when the output stream ended
 	cancel      context.CancelFunc
