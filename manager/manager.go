@@ -44,6 +44,8 @@ type Manager struct {
 	input   inputLines    // unfinished lines of input to processes, for the gate
 	// progress hears about backends' long set-up steps; nil: nobody.
 	progress func(backend.Event)
+	// forks is what Fork, Checkpoint and Restore keep (fork.go).
+	forks forkState
 
 	// pools are the warm pools environments are claimed from
 	// (terminal.warm_pool, pool.go); ownPools: made by this manager,
@@ -124,6 +126,7 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 		c.Sandboxed = caps.Isolation == backend.IsolationImage
 		if caps.Isolation == backend.IsolationWorkspace {
 			c.Writable = slices.Clone(caps.Confinement.Writable)
+			c.Protected = slices.Clone(caps.Confinement.Protected)
 			c.SignalsConfined = caps.Confinement.Signals
 		}
 		c.Cwd = env.Session().Cwd()
@@ -257,14 +260,15 @@ func (m *Manager) build(ctx context.Context, key string, e *entry) {
 			m.mu.Unlock()
 		}
 	}()
-	e.env, e.err = m.create(ctx, key)
+	e.env, e.err = m.create(ctx, key, nil)
 	returned = true
 }
 
-// create builds a backend and its environment for key. A panic in a
+// create builds a backend and its environment for key, from the
+// checkpoint from when it is not nil (a fork, a restore). A panic in a
 // backend's constructor becomes this key's error, so callers waiting on the
 // entry are answered instead of hanging.
-func (m *Manager) create(ctx context.Context, key string) (env *terminal.Environment, err error) {
+func (m *Manager) create(ctx context.Context, key string, from *backend.Checkpoint) (env *terminal.Environment, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			env, err = nil, fmt.Errorf("environment %q: backend constructor panicked: %v", key, p)
@@ -274,6 +278,7 @@ func (m *Manager) create(ctx context.Context, key string) (env *terminal.Environ
 	t := m.cfg.Terminal
 	var be backend.Backend
 	opts := m.options(key)
+	opts.From = from
 	if m.factory != nil {
 		be, err = m.factory(ctx, opts)
 	} else {
@@ -290,6 +295,9 @@ func (m *Manager) create(ctx context.Context, key string) (env *terminal.Environ
 	cwd := ""
 	if path.IsAbs(t.Cwd) || t.Cwd == "~" || strings.HasPrefix(t.Cwd, "~/") {
 		cwd = t.Cwd
+	}
+	if r, ok := be.(backend.Relocator); ok && cwd != "" {
+		cwd = r.Relocate(cwd) // a fork's copy of the configured directory
 	}
 	env = terminal.New(be, terminal.Options{
 		DefaultTimeout: time.Duration(t.Timeout) * time.Second,

@@ -45,10 +45,11 @@ func init() {
 		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
 			return New(ctx, opts)
 		},
-		Doctor: Doctor,
-		Envs:   envAdmin{},
-		Keys:   configKeys,
-		Pool:   pooler{},
+		Doctor:      Doctor,
+		Envs:        envAdmin{},
+		Keys:        configKeys,
+		Checkpoints: checkpointAdmin{},
+		Pool:        pooler{},
 	})
 }
 
@@ -92,8 +93,13 @@ var (
 // mounted (named volumes are Docker's, not the host's), IsolationNone for
 // one with a host directory bound in (a docker_volumes host path,
 // docker_mount_cwd_to_workspace): a command there reaches the host's files.
+// Checkpoint says how its files are checkpointed, or NoCheckpoint why not.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: b.isolation()}
+	c := backend.Capabilities{Isolation: b.isolation(), NoCheckpoint: b.spec.noCheckpoint()}
+	if c.NoCheckpoint == "" {
+		c.Checkpoint = checkpointHow
+	}
+	return c
 }
 
 func (b *Backend) isolation() backend.Isolation {
@@ -129,6 +135,11 @@ func (b *Backend) cleanUpOnce(ctx context.Context, lifetimeSeconds int) {
 	} else if len(removed)+len(stopped) > 0 {
 		b.log.Info("docker: cleaned up after a crashed berth", "removed", removed, "stopped_persistent", stopped)
 	}
+	if swept, err := sweepCheckpoints(rctx, b.cli, b.host); err != nil {
+		b.log.Warn("docker: cleaning up checkpoint leftovers of a crashed berth failed", "err", err)
+	} else if len(swept) > 0 {
+		b.log.Info("docker: cleaned up checkpoint leftovers of a crashed berth", "removed", swept)
+	}
 	rcancel()
 	lifetime := max(60, lifetimeSeconds)
 	if removed, err := pruneOrphans(ctx, b.cli, b.host, 2*time.Duration(lifetime)*time.Second); err != nil {
@@ -155,6 +166,15 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		return nil, err
 	}
 	b.cleanUpOnce(ctx, opts.Config.LifetimeSeconds)
+	if opts.From != nil {
+		// The copy of the checkpoint's volumes runs on the image.
+		if err := ensureImage(ctx, b.cli, b.host, sp.Image, opts); err != nil {
+			return nil, err
+		}
+		if err := b.restoreFrom(ctx, opts.From, opts); err != nil {
+			return nil, err
+		}
+	}
 	id, err := b.ensure(ctx)
 	if err != nil {
 		if b.claim != "" {
@@ -465,5 +485,7 @@ func (b *Backend) Close(ctx context.Context) error {
 		}
 		return errors.Join(errs...)
 	}
-	return removeEnv(ctx, b.cli, b.host, b.spec.Key)
+	err := removeEnv(ctx, b.cli, b.host, b.spec.Key)
+	b.dropRemovedCheckpointImage(ctx)
+	return err
 }

@@ -260,6 +260,8 @@ func (envAdmin) Remove(ctx context.Context, opts backend.Options, key string) er
 // Prune removes berth's containers that have not been running for longer
 // than maxAge (exited, dead, or created and never started), with their
 // volumes — persistent ones included — and returns the keys it removed.
+// It also removes what a berth that died while making or restoring a
+// checkpoint left (sweepCheckpoints).
 func (envAdmin) Prune(ctx context.Context, opts backend.Options, maxAge time.Duration) ([]string, error) {
 	cli, err := connect(ctx, opts.Getenv)
 	if err != nil {
@@ -267,9 +269,10 @@ func (envAdmin) Prune(ctx context.Context, opts backend.Options, maxAge time.Dur
 	}
 	defer cli.Close()
 	host := daemonHost(opts.Getenv)
+	_, sweepErr := sweepCheckpoints(ctx, cli, host)
 	items, err := berthContainers(ctx, cli, host)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, sweepErr)
 	}
 	pooled, poolErr := prunePools(ctx, cli, host, items)
 	keys, err := prune(ctx, cli, host, maxAge, true, nil)
@@ -283,5 +286,5 @@ func (envAdmin) Prune(ctx context.Context, opts backend.Options, maxAge time.Dur
 			err = sweepBindRecords(ctx, cli, host, live)
 		}
 	}
-	return append(keys, pooled...), errors.Join(err, poolErr)
+	return append(keys, pooled...), errors.Join(err, poolErr, sweepErr)
 }
