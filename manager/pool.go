@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -250,6 +251,29 @@ func (m *Manager) Prewarm(ctx context.Context) error {
 	return err
 }
 
+// PoolNote says why terminal.warm_pool does nothing in the manager's
+// configuration when its backend keeps no warm pools (naming those that
+// do), "" when the key is not set or the backend keeps them. Callers show
+// it to the user: a pool asked for and not kept is a surprise.
+func (m *Manager) PoolNote() string {
+	t := m.cfg.Terminal
+	if t.WarmPool <= 0 || m.factory != nil {
+		return ""
+	}
+	reg, ok := backend.Lookup(t.Backend)
+	if !ok || reg.Pool != nil {
+		return ""
+	}
+	var with []string
+	for _, n := range backend.Names() {
+		if r, ok := backend.Lookup(n); ok && r.Pool != nil {
+			with = append(with, n)
+		}
+	}
+	return fmt.Sprintf("terminal.warm_pool is %d, but the %s backend keeps no warm pools (backends that do: %s); its environments are made when a task asks for one",
+		t.WarmPool, reg.Name, strings.Join(with, ", "))
+}
+
 // newBackend makes key's backend: claimed from the warm pool of its shape
 // when terminal.warm_pool is set and one is ready, else made by reg.New
 // (while the pool fills). An environment made from a checkpoint never
@@ -257,10 +281,8 @@ func (m *Manager) Prewarm(ctx context.Context) error {
 func (m *Manager) newBackend(ctx context.Context, reg backend.Registration, opts backend.Options) (backend.Backend, error) {
 	size := opts.Config.WarmPool
 	if size <= 0 || reg.Pool == nil || opts.From != nil {
-		if size > 0 && reg.Pool == nil {
-			m.poolNote.Do(func() {
-				m.log.Info("manager: terminal.warm_pool is set, but backend " + reg.Name + " keeps no pools of its own; environments are made as they are asked for")
-			})
+		if note := m.PoolNote(); note != "" {
+			m.poolNote.Do(func() { m.log.Warn("manager: " + note) })
 		}
 		return reg.New(ctx, opts)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,9 +170,9 @@ func TestWarmPoolEmptyMakesItCold(t *testing.T) {
 	fp.mu.Lock()
 	fp.hold = hold
 	fp.mu.Unlock()
-	defer close(hold)
 	m := manager.New(poolConfig(t, 2), nil)
 	defer m.CloseAll(context.Background())
+	defer close(hold) // before CloseAll, which waits for the makes held
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := m.Env(ctx, "cold"); err != nil {
@@ -284,4 +285,22 @@ func mustLookup(t *testing.T, name string) backend.Registration {
 		t.Fatalf("no backend %s", name)
 	}
 	return r
+}
+
+// A configuration asking for a pool on a backend that keeps none is told
+// so, with the backends that do; one whose backend keeps them is not.
+func TestPoolNote(t *testing.T) {
+	cfg := poolConfig(t, 2)
+	cfg.Terminal.Backend = "local"
+	note := manager.New(cfg, nil).PoolNote()
+	if !strings.Contains(note, "terminal.warm_pool is 2") || !strings.Contains(note, "local backend keeps no warm pools") || !strings.Contains(note, "poolfake") {
+		t.Errorf("note for warm_pool on local: %q; want it to name the key, local and the backends that keep pools (poolfake)", note)
+	}
+	if note := manager.New(poolConfig(t, 2), nil).PoolNote(); note != "" {
+		t.Errorf("note for warm_pool on a backend that keeps pools: %q, want none", note)
+	}
+	cfg.Terminal.WarmPool = 0
+	if note := manager.New(cfg, nil).PoolNote(); note != "" {
+		t.Errorf("note without warm_pool: %q, want none", note)
+	}
 }
