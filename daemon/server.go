@@ -418,7 +418,7 @@ func (s *Server) Status() wire.Status {
 	sort.Slice(st.Environments, func(i, j int) bool { return st.Environments[i].Key < st.Environments[j].Key })
 	for _, p := range s.pools.Status() {
 		st.Pools = append(st.Pools, wire.PoolStatus{Backend: p.Backend, Shape: p.Shape, Size: p.Size, Ready: p.Ready,
-			Making: p.Making, Claimed: p.Claimed, Failed: p.Failed, LastError: p.LastError})
+			Making: p.Making, Members: p.Members, Claimed: p.Claimed, Failed: p.Failed, LastError: p.LastError})
 	}
 	return st
 }

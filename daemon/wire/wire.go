@@ -280,8 +280,11 @@ type PoolStatus struct {
 	Size    int    `json:"size"`
 	Ready   int    `json:"ready"`
 	Making  int    `json:"making"`
-	Claimed int    `json:"claimed"`
-	Failed  int    `json:"failed,omitempty"`
+	// Members are the backend's IDs of the ready environments (as berth
+	// env ls shows them), oldest first.
+	Members []string `json:"members,omitempty"`
+	Claimed int      `json:"claimed"`
+	Failed  int      `json:"failed,omitempty"`
 	// LastError is the last make or claim that failed.
 	LastError string `json:"last_error,omitempty"`
 }
