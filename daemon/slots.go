@@ -256,7 +256,7 @@ func (s *Server) slotWith(ctx context.Context, key string, l *loaded) (*slot, []
 		notes = append(notes, s.heldNotes(key, held)...)
 	}
 	sl.m.SetPools(s.pools)
-	if note := sl.m.PoolNote(); note != "" {
+	if note := sl.m.PoolNote(ctx); note != "" {
 		notes = append(notes, note)
 	}
 	sl.m.StartSweeper(s.ctx)

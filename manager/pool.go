@@ -252,26 +252,33 @@ func (m *Manager) Prewarm(ctx context.Context) error {
 }
 
 // PoolNote says why terminal.warm_pool does nothing in the manager's
-// configuration when its backend keeps no warm pools (naming those that
-// do), "" when the key is not set or the backend keeps them. Callers show
-// it to the user: a pool asked for and not kept is a surprise.
-func (m *Manager) PoolNote() string {
+// configuration — its backend keeps no warm pools (the note names those
+// that do), or the backend cannot pool this configuration (the note says
+// why) — and "" when the key is not set or pools apply. Callers show it to
+// the user: a pool asked for and not kept is a surprise.
+func (m *Manager) PoolNote(ctx context.Context) string {
 	t := m.cfg.Terminal
 	if t.WarmPool <= 0 || m.factory != nil {
 		return ""
 	}
 	reg, ok := backend.Lookup(t.Backend)
-	if !ok || reg.Pool != nil {
+	if !ok {
 		return ""
 	}
-	var with []string
-	for _, n := range backend.Names() {
-		if r, ok := backend.Lookup(n); ok && r.Pool != nil {
-			with = append(with, n)
+	if reg.Pool == nil {
+		var with []string
+		for _, n := range backend.Names() {
+			if r, ok := backend.Lookup(n); ok && r.Pool != nil {
+				with = append(with, n)
+			}
 		}
+		return fmt.Sprintf("terminal.warm_pool is %d, but the %s backend keeps no warm pools (backends that do: %s); its environments are made when a task asks for one",
+			t.WarmPool, reg.Name, strings.Join(with, ", "))
 	}
-	return fmt.Sprintf("terminal.warm_pool is %d, but the %s backend keeps no warm pools (backends that do: %s); its environments are made when a task asks for one",
-		t.WarmPool, reg.Name, strings.Join(with, ", "))
+	if _, err := reg.Pool.Shape(ctx, m.options("")); errors.Is(err, backend.ErrUnsupported) {
+		return fmt.Sprintf("terminal.warm_pool is %d, but this configuration cannot be pooled (%v); its environments are made when a task asks for one", t.WarmPool, err)
+	}
+	return ""
 }
 
 // newBackend makes key's backend: claimed from the warm pool of its shape
@@ -281,7 +288,7 @@ func (m *Manager) PoolNote() string {
 func (m *Manager) newBackend(ctx context.Context, reg backend.Registration, opts backend.Options) (backend.Backend, error) {
 	size := opts.Config.WarmPool
 	if size <= 0 || reg.Pool == nil || opts.From != nil {
-		if note := m.PoolNote(); note != "" {
+		if note := m.PoolNote(ctx); note != "" {
 			m.poolNote.Do(func() { m.log.Warn("manager: " + note) })
 		}
 		return reg.New(ctx, opts)
@@ -293,7 +300,7 @@ func (m *Manager) newBackend(ctx context.Context, reg backend.Registration, opts
 		m.log.Debug("manager: environment claimed from the warm pool", "key", opts.Key, "took", time.Since(start))
 		return be, nil
 	case errors.Is(err, backend.ErrUnsupported):
-		m.poolNote.Do(func() { m.log.Info("manager: terminal.warm_pool does not apply to this configuration", "why", err) })
+		m.poolNote.Do(func() { m.log.Warn("manager: terminal.warm_pool does not apply to this configuration", "why", err) })
 	case errors.Is(err, backend.ErrPoolEmpty):
 		m.log.Debug("manager: the warm pool has no environment ready; making one", "key", opts.Key, "why", err)
 	default:

@@ -292,15 +292,24 @@ func mustLookup(t *testing.T, name string) backend.Registration {
 func TestPoolNote(t *testing.T) {
 	cfg := poolConfig(t, 2)
 	cfg.Terminal.Backend = "local"
-	note := manager.New(cfg, nil).PoolNote()
+	note := manager.New(cfg, nil).PoolNote(context.Background())
 	if !strings.Contains(note, "terminal.warm_pool is 2") || !strings.Contains(note, "local backend keeps no warm pools") || !strings.Contains(note, "poolfake") {
 		t.Errorf("note for warm_pool on local: %q; want it to name the key, local and the backends that keep pools (poolfake)", note)
 	}
-	if note := manager.New(poolConfig(t, 2), nil).PoolNote(); note != "" {
+	if note := manager.New(poolConfig(t, 2), nil).PoolNote(context.Background()); note != "" {
 		t.Errorf("note for warm_pool on a backend that keeps pools: %q, want none", note)
 	}
 	cfg.Terminal.WarmPool = 0
-	if note := manager.New(cfg, nil).PoolNote(); note != "" {
+	if note := manager.New(cfg, nil).PoolNote(context.Background()); note != "" {
 		t.Errorf("note without warm_pool: %q, want none", note)
+	}
+	// A configuration the backend cannot pool: the note says why.
+	fp.reset()
+	fp.mu.Lock()
+	fp.shapeErr = fmt.Errorf("not this one: %w", backend.ErrUnsupported)
+	fp.mu.Unlock()
+	defer fp.reset()
+	if note := manager.New(poolConfig(t, 2), nil).PoolNote(context.Background()); !strings.Contains(note, "cannot be pooled (not this one") {
+		t.Errorf("note for a configuration the backend cannot pool: %q; want it to say why", note)
 	}
 }

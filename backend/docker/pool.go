@@ -66,7 +66,7 @@ var _ backend.Pooler = pooler{}
 // not pooled: its files are its key's volumes.
 func (pooler) Shape(_ context.Context, opts backend.Options) (string, error) {
 	if opts.Config.ContainerPersistent {
-		return "", fmt.Errorf("docker: a persistent environment (container_persistent) is made from its key's volumes, which no container made before its key can mount: %w", backend.ErrUnsupported)
+		return "", fmt.Errorf("docker: a persistent environment (container_persistent) is made from its key's volumes, which no container made before its key can mount (set container_persistent: false for pooled environments): %w", backend.ErrUnsupported)
 	}
 	sp, err := buildSpec(opts)
 	if err != nil {
