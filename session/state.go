@@ -14,6 +14,7 @@ import (
 	"mvdan.cc/sh/v3/syntax"
 
 	"github.com/a55dbaac/berth/internal/shellword"
+	"github.com/a55dbaac/berth/internal/shparse"
 )
 
 // State is the part of a shell's state that a fork, a checkpoint or a
@@ -349,9 +350,11 @@ func parseExports(text string) ([]exported, error) {
 	return out, nil
 }
 
-// parseBash parses text as bash, nil when it does not parse.
+// parseBash parses text as bash through shparse's bounds (the live
+// shell's declare -f and alias -p output is the agent's text), nil when
+// it does not parse or is past them.
 func parseBash(text string) *syntax.File {
-	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(text), "")
+	f, err := shparse.Parse(text)
 	if err != nil {
 		return nil
 	}

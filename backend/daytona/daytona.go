@@ -95,9 +95,10 @@ func init() {
 		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
 			return New(ctx, opts)
 		},
-		Doctor: Doctor,
-		Envs:   envAdmin{},
-		Keys:   configKeys,
+		Doctor:   Doctor,
+		Envs:     envAdmin{},
+		ListLags: true, // a sandbox listing is the service's index, which may trail a create
+		Keys:     configKeys,
 	})
 }
 
