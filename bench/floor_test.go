@@ -234,8 +234,16 @@ func BenchmarkKubernetesReady(b *testing.B) { benchReady(b, kubernetesFixture) }
 // container's spare exec, the first answer) against one ready cold in the
 // same run, one of each per iteration; the wait for the pool to refill is
 // not timed (target: at most 0.1x cold).
-func BenchmarkDockerReadyPooled(b *testing.B) {
-	cold := dockerFixture(b)
+func BenchmarkDockerReadyPooled(b *testing.B) { benchReadyPooled(b, dockerFixture) }
+
+// BenchmarkKubernetesReadyPooled: the same with pods (target: at most
+// 0.1x cold).
+func BenchmarkKubernetesReadyPooled(b *testing.B) { benchReadyPooled(b, kubernetesFixture) }
+
+// benchReadyPooled times an environment ready from a warm pool of one
+// against one made cold, one of each per iteration.
+func benchReadyPooled(b *testing.B, fixture func(testing.TB) *fixture) {
+	cold := fixture(b)
 	cfg := config.Default()
 	cfg.Home = b.TempDir()
 	cfg.Terminal = cold.cfg.Terminal

@@ -216,7 +216,7 @@ var sharedHelp = map[string]string{
 	"share_environment":         "one environment for every MCP session instead of one each",
 	"on_timeout":                "kill: stop a foreground command at its timeout; background: keep it running as a background process",
 	"daemon":                    "berth exec and berth shell keep environments warm in a background berth (false: one process per call)",
-	"warm_pool":                 "environments of the configured shape kept started and idle, so a task's first call takes one instead of waiting for a container or pod to start (docker only for now; 0: none; docs/pools.md)",
+	"warm_pool":                 "environments of the configured shape kept started and idle, so a task's first call takes one instead of waiting for a container or pod to start (docker, kubernetes; 0: none; docs/pools.md)",
 	"max_bytes":                 "output size at which a command's output is cut to its head and tail",
 }
 
