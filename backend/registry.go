@@ -95,6 +95,11 @@ type Registration struct {
 	// of a checkpoint, a bound past which the oldest goes). Nil for
 	// backends that cannot checkpoint.
 	Checkpoints CheckpointAdmin
+	// Pool makes environments ahead of need for warm pools
+	// (terminal.warm_pool). Nil for backends that keep no pools of their
+	// own (an environment that starts at once, or a provider that keeps
+	// its pools on its side).
+	Pool Pooler
 }
 
 // EnvInfo describes an environment a backend keeps (berth env ls).
@@ -108,6 +113,10 @@ type EnvInfo struct {
 	// Persistent reports an environment kept across Close on purpose
 	// (container_persistent), as opposed to a leftover.
 	Persistent bool
+	// Pool is set on an environment of a warm pool that no task claimed
+	// yet (Key is then ""): the shape it was made for, as its pool names
+	// it. A claimed one is listed under its key like any other.
+	Pool string
 }
 
 // EnvAdmin lists and removes a backend's kept environments.
@@ -117,7 +126,8 @@ type EnvAdmin interface {
 	// is not an error.
 	Remove(ctx context.Context, opts Options, key string) error
 	// Prune removes environments not running for longer than maxAge and
-	// returns their keys.
+	// returns their keys; it also removes every unclaimed pooled
+	// environment, whatever its age (a live pool refills).
 	Prune(ctx context.Context, opts Options, maxAge time.Duration) ([]string, error)
 }
 

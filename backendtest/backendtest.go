@@ -20,6 +20,9 @@
 //   - Persistence, when Options.Reopen is set: a second backend for the same
 //     key reattaches to the same environment, and what was written under
 //     the kept directory survives Close.
+//   - Pool, when Options.Pool is set: warm pools (terminal.warm_pool) —
+//     claim and refill, no state crossing claims, a claimed environment
+//     like a fresh one, the crash sweep, the limits.
 //   - Internal: the backend's own extras (Options.Internal).
 //
 // Environments are shared, shells are not (rclone's one remote with a fresh
@@ -84,6 +87,9 @@ type Options struct {
 	// Internal runs the backend's own tests inside the suite (rclone's
 	// InternalTester), as the "Internal" group.
 	Internal func(t *testing.T)
+	// Pool, for a backend that keeps warm pools (Registration.Pool),
+	// enables the Pool group.
+	Pool *PoolOptions
 	// CheckpointDir is a directory inside the environment whose files a
 	// checkpoint keeps (the Fork group writes its files there); "" means
 	// Scratch.
@@ -121,6 +127,9 @@ const (
 // the backend it runs on and its own tag.
 type Suite struct {
 	opts Options
+	// count counts an environment the suite makes other than through
+	// newBackend (a pool's, a fresh one to compare with).
+	count func()
 	// newBackend builds a backend for a fresh environment (the
 	// configuration's factory, counted).
 	newBackend func(testing.TB) backend.Backend
@@ -223,6 +232,14 @@ func (s *Suite) run(t *testing.T, sel func(string) bool) {
 					})
 				}
 			}
+		})
+	}
+	if sel("Pool") {
+		t.Run("Pool", func(t *testing.T) {
+			if s.opts.Pool == nil {
+				t.Skip("no warm pools in this configuration (Options.Pool is nil; a backend that keeps them runs the group in a configuration of its own)")
+			}
+			(&Suite{opts: s.opts, name: s.name, newBackend: s.newBackend, count: s.count, tag: newTag()}).poolGroup(t, s.name)
 		})
 	}
 	if s.opts.Internal != nil && sel("Internal") {

@@ -23,7 +23,7 @@ type Config struct {
 	Name string
 	// Groups lists what a secondary configuration can change: groups
 	// ("Process", "Terminal", "Background", "Hardening", "Fork", "Files",
-	// "FileWriter", "Persistence", "Internal") or single cases
+	// "FileWriter", "Persistence", "Pool", "Internal") or single cases
 	// ("Hardening/BackgroundKillKillsEscapedProcesses"). Only those run.
 	// The primary configuration runs everything and lists nothing.
 	Groups []string
@@ -227,12 +227,12 @@ func runConfig(t *testing.T, name string, c Config) {
 			return slices.Contains(c.Groups, group) || slices.Contains(c.Groups, n)
 		}
 	}
-	s := &Suite{opts: opts, newBackend: newBackend, newFrom: newFrom, admin: tgt.Checkpoints, name: name}
+	s := &Suite{opts: opts, newBackend: newBackend, newFrom: newFrom, admin: tgt.Checkpoints, name: name, count: func() { created.Add(1) }}
 	s.run(t, sel)
 }
 
 // extraGroups are the groups run outside suiteGroups.
-var extraGroups = []string{"Files", "FileWriter", "Persistence", "Internal"}
+var extraGroups = []string{"Files", "FileWriter", "Persistence", "Pool", "Internal"}
 
 // knownName reports whether n names a group or a case of the suite.
 func knownName(n string) bool {

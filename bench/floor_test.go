@@ -254,6 +254,85 @@ func BenchmarkDockerReady(b *testing.B) { benchReady(b, dockerFixture) }
 // into (target: at most 1.2x).
 func BenchmarkKubernetesReady(b *testing.B) { benchReady(b, kubernetesFixture) }
 
+// BenchmarkDockerReadyPooled: an environment ready from a warm pool
+// (terminal.warm_pool 1: claimed, its shell started on the pooled
+// container's spare exec, the first answer) against one ready cold in the
+// same run, one of each per iteration; the wait for the pool to refill is
+// not timed (target: at most 0.1x cold).
+func BenchmarkDockerReadyPooled(b *testing.B) { benchReadyPooled(b, dockerFixture) }
+
+// BenchmarkKubernetesReadyPooled: the same with pods (target: at most
+// 0.1x cold).
+func BenchmarkKubernetesReadyPooled(b *testing.B) { benchReadyPooled(b, kubernetesFixture) }
+
+// benchReadyPooled times an environment ready from a warm pool of one
+// against one made cold, one of each per iteration.
+func benchReadyPooled(b *testing.B, fixture func(testing.TB) *fixture) {
+	cold := fixture(b)
+	cfg := config.Default()
+	cfg.Home = b.TempDir()
+	cfg.Terminal = cold.cfg.Terminal
+	cfg.Terminal.WarmPool = 1
+	log := slog.New(slog.DiscardHandler)
+	m := manager.New(cfg, log)
+	ps := manager.NewPools(log)
+	m.SetPools(ps)
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		m.CloseAll(ctx)
+		ps.Close(ctx)
+	})
+	ctx := context.Background()
+	if err := m.Prewarm(ctx); err != nil {
+		b.Fatal(err)
+	}
+	waitReady := func() {
+		deadline := time.Now().Add(5 * time.Minute)
+		for {
+			if st := ps.Status(); len(st) == 1 && st[0].Ready >= 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("the pool did not refill in 5 minutes: %+v", ps.Status())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	ready := func(m *manager.Manager, key string) time.Duration {
+		start := time.Now()
+		env, err := m.Env(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := bench.Run(ctx, env); err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(start)
+		if err := m.Close(ctx, key); err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}
+	var pooled, fresh []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		waitReady()
+		pooled = append(pooled, ready(m, fmt.Sprintf("pooled-%d", i)))
+		fresh = append(fresh, ready(cold.m, fmt.Sprintf("cold-%d", i)))
+	}
+	if st := ps.Status(); len(st) != 1 || st[0].Claimed != i {
+		b.Fatalf("the pool's status %+v: want %d environments claimed, one per iteration (the others were made cold)", st, i)
+	}
+	ps1, cs := bench.Summarise(pooled), bench.Summarise(fresh)
+	b.ReportMetric(ms(ps1.P50), "pool-p50-ms")
+	b.ReportMetric(ms(ps1.P90), "pool-p90-ms")
+	b.ReportMetric(ms(cs.P50), "cold-p50-ms")
+	b.ReportMetric(float64(ps1.P50)/float64(cs.P50), "x-cold")
+	b.ReportMetric(0.1, "x-target")
+}
+
 // BenchmarkDockerAtOnce starts -at-once environments at once through
 // berth (create, one command, remove), then as many bare docker runs at
 // once, per iteration, and reports the wall times and the ratio (target:

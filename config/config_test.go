@@ -136,6 +136,7 @@ terminal:
   share_environment: True
   on_timeout: background
   daemon: false
+  warm_pool: 3
 tool_output:
   max_bytes: 20000
 approvals:
@@ -156,7 +157,7 @@ checkpoints:
 		DockerForwardEnv: []string{"GITHUB_TOKEN"}, DockerNetwork: false,
 		PersistentShell: false, DaemonTermGraceSeconds: 0.5,
 		EnvPassthrough: []string{"MY_VAR"}, MaxForegroundTimeout: 1200, ShareEnvironment: true,
-		OnTimeout: "background",
+		OnTimeout: "background", WarmPool: 3,
 	}
 	mustSet(t, &want, "fake_image", "python:3.12")
 	mustSet(t, &want, "fake_port", 2222)
@@ -461,6 +462,13 @@ func TestValidationErrors(t *testing.T) {
 		{name: "unknown flag", flags: map[string]string{"tiemout": "5"}, want: []string{`unknown key "tiemout"`, "did you mean terminal.timeout?"}},
 		{name: "unknown flag of a backend not built", flags: map[string]string{"modal_image": "x"},
 			want: []string{`flag: unknown key "modal_image": it belongs to backend modal, which is not built into this berth`}, exact: true},
+		{name: "warm pool negative", env: map[string]string{"TERMINAL_WARM_POOL": "-1"},
+			want: []string{`TERMINAL_WARM_POOL="-1": out of range (terminal.warm_pool must be a whole number of environments from 0 (no pool) to 32)`}, exact: true},
+		{name: "warm pool huge", file: "  warm_pool: 1000\n",
+			want: []string{`terminal.warm_pool "1000" in PATH: out of range (terminal.warm_pool must be a whole number of environments from 0 (no pool) to 32)`}, exact: true},
+		{name: "warm pool not a number", env: map[string]string{"TERMINAL_WARM_POOL": "two"},
+			want: []string{`TERMINAL_WARM_POOL="two": not an integer (terminal.warm_pool must be a whole number of environments from 0 (no pool) to 32)`}, exact: true},
+		{name: "warm pool flag", flags: map[string]string{"warm_pool": "33"}, want: []string{`flag terminal.warm_pool "33"`, "out of range", "0 (no pool) to 32"}},
 		{name: "two errors", env: map[string]string{"TERMINAL_TIMEOUT": "x", "TERMINAL_FAKE_PORT": "y"},
 			want: []string{"TERMINAL_TIMEOUT", "TERMINAL_FAKE_PORT"}},
 	}

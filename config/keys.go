@@ -159,6 +159,12 @@ func (k *keyInfo) problem(p string) string { return p + " (" + k.rule + ")" }
 
 const maxBytesKey = "tool_output.max_bytes"
 
+// MaxWarmPool is the largest terminal.warm_pool: the most idle
+// environments of one shape berth keeps started. Each holds a container
+// or a pod with its memory and processes, on a machine that may also run
+// the tasks; a backend may allow fewer (a namespace's quota).
+const MaxWarmPool = 32
+
 // DefaultMaxOutputChars is the default of tool_output.max_bytes.
 const DefaultMaxOutputChars = 50000
 
@@ -210,6 +216,7 @@ var sharedHelp = map[string]string{
 	"share_environment":         "one environment for every MCP session instead of one each",
 	"on_timeout":                "kill: stop a foreground command at its timeout; background: keep it running as a background process",
 	"daemon":                    "berth exec and berth shell keep environments warm in a background berth (false: one process per call)",
+	"warm_pool":                 "environments of the configured shape kept started and idle, so a task's first call takes one instead of waiting for a container or pod to start (docker, kubernetes; 0: none; docs/pools.md)",
 	"max_bytes":                 "output size at which a command's output is cut to its head and tail",
 }
 
@@ -274,6 +281,12 @@ func sharedKeys() []*keyInfo {
 			k.rule = full + " must be a number of seconds >= 0, e.g. 2 or 0.5"
 		case "daemon":
 			k.perCall = true // read by each caller before it reaches the daemon
+		case "warm_pool":
+			// Read by whoever owns the pools (the daemon, a manager), not
+			// by an environment: changing it makes no new environment.
+			k.perCall = true
+			k.rule = fmt.Sprintf("%s must be a whole number of environments from 0 (no pool) to %d", full, MaxWarmPool)
+			k.check = func(v any) bool { n := v.(int); return n >= 0 && n <= MaxWarmPool }
 		case "on_timeout":
 			k.perCall = true
 			k.rule = full + " is kill (stop a foreground command at its timeout, the default) or background (keep it running as a background process, followed with the process tool)"

@@ -11,7 +11,7 @@ import "testing"
 func TestPerCall(t *testing.T) {
 	perCall := map[string]bool{
 		"terminal.timeout": true, "terminal.on_timeout": true, "terminal.max_foreground_timeout": true,
-		"terminal.lifetime_seconds": true, "terminal.daemon": true,
+		"terminal.lifetime_seconds": true, "terminal.daemon": true, "terminal.warm_pool": true,
 		"approvals.mode": true, "approvals.deny": true, "command_allowlist": true,
 		"terminal.fake_ratio":             true,
 		"checkpoints.max_per_environment": true, "checkpoints.max_total_mb": true, "checkpoints.environment_tool": true,

@@ -340,6 +340,7 @@ func TestSetRoundTrip(t *testing.T) {
 		"terminal.share_environment":         "true",
 		"terminal.on_timeout":                "background",
 		"terminal.daemon":                    "false",
+		"terminal.warm_pool":                 "4",
 		"terminal.fake_image":                "multi\nline:'quoted'",
 		"terminal.fake_port":                 "2200",
 		"terminal.fake_ratio":                "0",

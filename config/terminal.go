@@ -44,6 +44,7 @@ type Terminal struct {
 	ShareEnvironment       bool     `yaml:"share_environment"`      // berth: one environment for every MCP session
 	OnTimeout              string   `yaml:"on_timeout"`             // berth: kill or background, TERMINAL_ON_TIMEOUT
 	Daemon                 bool     `yaml:"daemon"`                 // berth: exec and shell run through a background berth
+	WarmPool               int      `yaml:"warm_pool"`              // berth: environments kept started and idle for the next task, TERMINAL_WARM_POOL
 
 	// values holds the keys declared by backends that were set (file,
 	// environment, flag or Set); an absent key reads as its declared

@@ -18,6 +18,7 @@ import (
 	"github.com/a55dbaac/berth/backend/hostproc"
 	"github.com/a55dbaac/berth/daemon/wire"
 	"github.com/a55dbaac/berth/internal/procmark"
+	"github.com/a55dbaac/berth/manager"
 )
 
 // ErrRunning says another daemon already serves the home.
@@ -51,6 +52,10 @@ type Server struct {
 
 	ctx    context.Context // cancelled at shutdown: running commands stop
 	cancel context.CancelFunc
+
+	// pools are the warm pools (terminal.warm_pool) every key's manager
+	// claims from; the daemon owns them and empties them at shutdown.
+	pools *manager.Pools
 
 	mu         sync.Mutex
 	slots      map[string]*slot
@@ -119,7 +124,7 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		opts: opts, paths: paths, log: opts.Logger, started: time.Now(), ln: ln, confined: confined,
-		ctx: sctx, cancel: cancel,
+		ctx: sctx, cancel: cancel, pools: manager.NewPools(opts.Logger),
 		slots: map[string]*slot{}, keyLocks: map[string]chan struct{}{},
 		lastActive: time.Now(), stopped: make(chan struct{}),
 	}
@@ -245,6 +250,15 @@ func (s *Server) shutdown(why string) {
 			}
 		}()
 	}
+	// The pools are emptied beside the environments: what they hold is
+	// nobody's.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := s.pools.Close(ctx); err != nil {
+			s.log.Warn("daemon: empty the warm pools", "err", err)
+		}
+	}()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
@@ -402,6 +416,10 @@ func (s *Server) Status() wire.Status {
 		st.Environments = append(st.Environments, es)
 	}
 	sort.Slice(st.Environments, func(i, j int) bool { return st.Environments[i].Key < st.Environments[j].Key })
+	for _, p := range s.pools.Status() {
+		st.Pools = append(st.Pools, wire.PoolStatus{Backend: p.Backend, Shape: p.Shape, Size: p.Size, Ready: p.Ready,
+			Making: p.Making, Members: p.Members, Claimed: p.Claimed, Failed: p.Failed, LastError: p.LastError})
+	}
 	return st
 }
 

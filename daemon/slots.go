@@ -255,6 +255,10 @@ func (s *Server) slotWith(ctx context.Context, key string, l *loaded) (*slot, []
 		}
 		notes = append(notes, s.heldNotes(key, held)...)
 	}
+	sl.m.SetPools(s.pools)
+	if note := sl.m.PoolNote(ctx); note != "" {
+		notes = append(notes, note)
+	}
 	sl.m.StartSweeper(s.ctx)
 	s.slots[key] = sl
 	s.mu.Unlock()

@@ -47,6 +47,13 @@ type Manager struct {
 	// forks is what Fork, Checkpoint and Restore keep (fork.go).
 	forks forkState
 
+	// pools are the warm pools environments are claimed from
+	// (terminal.warm_pool, pool.go); ownPools: made by this manager,
+	// closed by CloseAll. poolNote says once why they do not apply.
+	pools    *Pools
+	ownPools bool
+	poolNote sync.Once
+
 	mu      sync.Mutex
 	envs    map[string]*entry
 	swept   map[string]bool // keys whose environment the idle sweep cleaned up
@@ -271,7 +278,8 @@ func (m *Manager) create(ctx context.Context, key string, from *backend.Checkpoi
 	}()
 	t := m.cfg.Terminal
 	var be backend.Backend
-	opts := backend.Options{Key: key, Config: t, Home: m.cfg.Home, ConfigFile: m.cfg.Path, Logger: m.log, Getenv: m.cfg.Getenv, Progress: m.progress, From: from}
+	opts := m.options(key)
+	opts.From = from
 	if m.factory != nil {
 		be, err = m.factory(ctx, opts)
 	} else {
@@ -280,7 +288,7 @@ func (m *Manager) create(ctx context.Context, key string, from *backend.Checkpoi
 			return nil, fmt.Errorf("backend %q is not available in this build (available: %s); refusing to run anywhere else",
 				t.Backend, strings.Join(backend.Names(), ", "))
 		}
-		be, err = reg.New(ctx, opts)
+		be, err = m.newBackend(ctx, reg, opts)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s backend for %q: %w", t.Backend, key, err)
@@ -307,6 +315,11 @@ func (m *Manager) create(ctx context.Context, key string, from *backend.Checkpoi
 	})
 	m.log.Debug("environment created", "backend", t.Backend, "key", key)
 	return env, nil
+}
+
+// options are the backend options of key's environment.
+func (m *Manager) options(key string) backend.Options {
+	return backend.Options{Key: key, Config: m.cfg.Terminal, Home: m.cfg.Home, ConfigFile: m.cfg.Path, Logger: m.log, Getenv: m.cfg.Getenv, Progress: m.progress}
 }
 
 // TerminalResult is a terminal tool call's answer: exactly one of
@@ -538,6 +551,9 @@ func (m *Manager) StartSweeper(ctx context.Context) {
 func (m *Manager) Sweep(ctx context.Context, lifetime time.Duration) []string {
 	var idle []string
 	m.mu.Lock()
+	if m.pools != nil && m.ownPools {
+		m.pools.sweep()
+	}
 	for k, e := range m.envs {
 		env := e.live()
 		if env == nil || time.Since(env.LastUsed()) <= lifetime || env.Busy() {
@@ -607,5 +623,11 @@ func (m *Manager) CloseAll(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	m.mu.Lock()
+	pools, own := m.pools, m.ownPools
+	m.mu.Unlock()
+	if own {
+		errs = append(errs, pools.Close(ctx))
+	}
 	return errors.Join(errs...)
 }

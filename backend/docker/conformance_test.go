@@ -12,10 +12,11 @@ import (
 	"github.com/a55dbaac/berth/internal/testenv/dockerenv"
 )
 
-// TestConformance is the docker backend's one entry into berth's suite,
-// its one configuration: throwaway containers on the busybox+bash test
-// image (one per group of the suite), persistent containers for the
-// Persistence group, and the docker-only tests as the Internal group.
+// TestConformance is the docker backend's one entry into berth's suite:
+// throwaway containers on the busybox+bash test image (one per group of
+// the suite), persistent containers for the Persistence group, and the
+// docker-only tests as the Internal group; and, in a configuration of its
+// own ("pool"), warm pools of those throwaway containers.
 func TestConformance(t *testing.T) {
 	dockerenv.Require(t)
 	backendtest.Run(t, Name, backendtest.Config{Setup: func(t *testing.T) backendtest.Target {
@@ -53,7 +54,37 @@ func TestConformance(t *testing.T) {
 			CheckpointDir: "/root",
 			Internal:      internalTests,
 		}}
-	}})
+	}}, backendtest.Config{
+		// Warm pools (terminal.warm_pool), on the primary configuration's
+		// containers: a configuration of its own, whose environments the
+		// suite counts apart.
+		Name:   "pool",
+		Groups: []string{"Pool"},
+		Setup: func(t *testing.T) backendtest.Target {
+			return backendtest.Target{New: func(t testing.TB) backend.Backend {
+				return newBackend(t, testOptions(t, nil))
+			}, Options: backendtest.Options{Pool: &backendtest.PoolOptions{
+				Options: func(t testing.TB) backend.Options { return testOptions(t, nil) },
+				Orphan: func(t testing.TB, opts backend.Options) string {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					m, err := makeMember(ctx, opts, deadOwner(t))
+					if err != nil {
+						t.Fatalf("a dead berth's pooled container: %v", err)
+					}
+					t.Cleanup(func() { _ = m.Discard(context.Background()) })
+					return m.ID()
+				},
+				Sweep: func(t testing.TB, opts backend.Options) {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					if _, _, err := reapDeadOwners(ctx, dockerenv.Require(t), daemonHost(opts.Getenv)); err != nil {
+						t.Fatalf("the crash sweep: %v", err)
+					}
+				},
+			}}}
+		},
+	})
 }
 
 // internalTests are the docker-only tests, the suite's Internal group. The

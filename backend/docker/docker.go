@@ -49,6 +49,7 @@ func init() {
 		Envs:        envAdmin{},
 		Keys:        configKeys,
 		Checkpoints: checkpointAdmin{},
+		Pool:        pooler{},
 	})
 }
 
@@ -58,15 +59,15 @@ var ErrClosed = errors.New("docker: backend closed")
 // Backend is one environment: a container (created or reattached by New)
 // and the processes started in it. It is safe for concurrent use.
 type Backend struct {
-	cli        *client.Client
+	cli        *client.Client // the daemon's, shared by its environments (daemonConn)
+	d          *daemonConn
 	host       string
 	spec       *spec
 	sessionEnv map[string]string
 	log        *slog.Logger
 
-	diskOK    bool  // the daemon accepts StorageOpt size
-	swapLimit bool  // the daemon can pin swap to the memory limit
-	copyMin   int64 // WriteFile declines smaller content (copyMinSize; tests lower it)
+	copyMin  int64               // WriteFile declines smaller content (copyMinSize; tests lower it)
+	progress func(backend.Event) // hears about an image pull (Options.Progress)
 
 	mu        sync.Mutex
 	id        string // current container id
@@ -74,6 +75,9 @@ type Backend struct {
 	recreated backend.Recreation
 	nonce     string // random part of this Backend's claim names
 	claim     string // this Backend's claim volume on id, "" when none (see LabelClaim)
+	// spare is the exec a pooled container was made with, waiting to
+	// become the first process started (pool.go); nil once taken.
+	spare *process
 }
 
 // Interface checks.
@@ -157,42 +161,17 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	cli, err := connect(ctx, opts.Getenv)
+	b, err := backendFor(ctx, sp, opts)
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{
-		cli:        cli,
-		host:       daemonHost(opts.Getenv),
-		spec:       sp,
-		sessionEnv: forwardEnv(opts.Config.DockerForwardEnv, opts.Getenv),
-		log:        opts.Log().With("backend", Name, "key", sp.Key),
-		diskOK:     true,
-		copyMin:    copyMinSize,
-		nonce:      newNonce(),
-	}
-	if info, err := cli.Info(ctx, client.InfoOptions{}); err == nil {
-		b.swapLimit = info.Info.SwapLimit
-		if sp.MemoryMB > 0 && !info.Info.MemoryLimit {
-			b.log.Warn("docker: the daemon cannot enforce the memory limit", "container_memory_mb", sp.MemoryMB)
-		}
-		if sp.NanoCPUs > 0 && !info.Info.CPUCfsQuota {
-			b.log.Warn("docker: the daemon cannot enforce the cpu limit (no CFS quota)", "container_cpu", opts.Config.ContainerCPU)
-		}
-		if !info.Info.PidsLimit {
-			b.log.Warn("docker: the daemon cannot enforce the pids limit", "pids_limit", pidsLimit)
-		}
-	}
-
 	b.cleanUpOnce(ctx, opts.Config.LifetimeSeconds)
-
-	if err := ensureImage(ctx, cli, b.host, sp.Image, opts); err != nil {
-		cli.Close()
-		return nil, err
-	}
 	if opts.From != nil {
+		// The copy of the checkpoint's volumes runs on the image.
+		if err := ensureImage(ctx, b.cli, b.host, sp.Image, opts); err != nil {
+			return nil, err
+		}
 		if err := b.restoreFrom(ctx, opts.From, opts); err != nil {
-			cli.Close()
 			return nil, err
 		}
 	}
@@ -201,10 +180,40 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		if b.claim != "" {
 			_ = b.dropClaim(context.WithoutCancel(ctx), b.claim)
 		}
-		cli.Close()
 		return nil, err
 	}
 	b.id = id
+	return b, nil
+}
+
+// backendFor is a Backend for sp on the options' daemon, its container
+// not made yet. The limits the daemon cannot enforce are logged for each
+// environment (Doctor reports them too).
+func backendFor(ctx context.Context, sp *spec, opts backend.Options) (*Backend, error) {
+	d, err := daemonFor(ctx, opts.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{
+		cli:        d.cli,
+		d:          d,
+		host:       d.host,
+		spec:       sp,
+		sessionEnv: forwardEnv(opts.Config.DockerForwardEnv, opts.Getenv),
+		log:        opts.Log().With("backend", Name, "key", sp.Key),
+		copyMin:    copyMinSize,
+		progress:   opts.Progress,
+		nonce:      newNonce(),
+	}
+	if sp.MemoryMB > 0 && !d.memoryLimit {
+		b.log.Warn("docker: the daemon cannot enforce the memory limit", "container_memory_mb", sp.MemoryMB)
+	}
+	if sp.NanoCPUs > 0 && !d.cpuCFS {
+		b.log.Warn("docker: the daemon cannot enforce the cpu limit (no CFS quota)", "container_cpu", opts.Config.ContainerCPU)
+	}
+	if !d.pidsLimit {
+		b.log.Warn("docker: the daemon cannot enforce the pids limit", "pids_limit", pidsLimit)
+	}
 	return b, nil
 }
 
@@ -254,7 +263,14 @@ func (b *Backend) Start(ctx context.Context, ps backend.ProcSpec) (backend.Proce
 		return nil, ErrClosed
 	}
 	id := b.id
+	spare := b.takeSpare(ps)
 	b.mu.Unlock()
+	if spare != nil {
+		if err := spare.use(ps); err == nil {
+			return spare, nil
+		}
+		spare.Close()
+	}
 
 	p, err := b.exec(ctx, id, ps)
 	if err == nil || !isGone(err) {
@@ -339,8 +355,16 @@ func (b *Backend) ensure(ctx context.Context) (string, error) {
 			}
 		}
 		id, err := b.create(ctx)
-		if err != nil && cerrdefs.IsConflict(err) && attempt < 3 {
-			continue // created concurrently by another berth: look again
+		if err != nil && cerrdefs.IsConflict(err) {
+			// The name is taken: by a container a pool made and a berth
+			// claimed for this key (pool.go), or by one another berth
+			// created a moment ago: look again.
+			if id, ok := b.adoptClaimed(ctx); ok {
+				return id, nil
+			}
+			if attempt < 3 {
+				continue
+			}
 		}
 		if err == nil {
 			b.hold(ctx, id, currentOwner()) // its own: no claim, an old one dropped
@@ -349,46 +373,77 @@ func (b *Backend) ensure(ctx context.Context) (string, error) {
 	}
 }
 
-// create makes the volumes and the container and starts it.
+// create makes the container, with its volumes, and starts it.
 func (b *Backend) create(ctx context.Context) (string, error) {
 	sp := b.spec
-	for dir, name := range sp.Volumes {
-		_, err := b.cli.VolumeCreate(ctx, client.VolumeCreateOptions{
-			Name: name,
-			Labels: map[string]string{
-				LabelBerth: "1", LabelKey: sp.Key, LabelPersistent: boolLabel(sp.Persistent),
-				LabelRole: strings.TrimPrefix(dir, "/"),
-			},
-		})
-		if err != nil {
-			return "", wrap(b.host, err, "create volume %s", name)
-		}
+	id, err := b.createAndStart(ctx, sp.Name, func(withDisk bool) (*container.Config, *container.HostConfig) {
+		return sp.config(withDisk, b.d.swapLimit)
+	})
+	if err == nil {
+		b.log.Debug("docker: container created", "container", sp.Name, "id", shortID(id), "image", sp.Image)
 	}
-	withDisk := b.diskOK && sp.DiskMB > 0
-	cfg, hc := sp.config(withDisk, b.swapLimit)
-	res, err := b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: sp.Name, Config: cfg, HostConfig: hc})
-	if err != nil && withDisk && isStorageOptRefused(err) {
-		b.diskOK = false
-		b.log.Warn("docker: disk limit not enforced: the daemon refuses a per-container disk quota (StorageOpt size needs overlay2 on xfs with pquota)",
-			"container_disk_mb", sp.DiskMB, "daemon_said", err.Error())
-		cfg, hc = sp.config(false, b.swapLimit)
-		res, err = b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: sp.Name, Config: cfg, HostConfig: hc})
+	return id, err
+}
+
+// createAndStart creates the container name from the configuration
+// config gives (withDisk: with the disk quota) and starts it, within the
+// daemon's bound on starts at once. The named volumes it mounts are made
+// with it, labelled (mount.VolumeOptions), in the same request. A disk
+// quota the daemon refuses is remembered for the daemon, and the refusal
+// logged for this environment and every later one: the limit is not
+// enforced. An image that is not there is pulled once (ensureImage).
+func (b *Backend) createAndStart(ctx context.Context, name string, config func(withDisk bool) (*container.Config, *container.HostConfig)) (string, error) {
+	sp := b.spec
+	if err := b.d.acquire(ctx); err != nil {
+		return "", fmt.Errorf("docker: create container %s: %w", name, err)
+	}
+	defer b.d.release()
+	withDisk := sp.DiskMB > 0 && !b.d.diskRefused.Load()
+	if sp.DiskMB > 0 && !withDisk {
+		b.diskNotEnforced(b.d.diskRefusal())
+	}
+	pulled := false
+	var res client.ContainerCreateResult
+	var err error
+	for {
+		cfg, hc := config(withDisk)
+		res, err = b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
+		switch {
+		case err != nil && withDisk && isStorageOptRefused(err):
+			b.d.refuseDisk(err.Error())
+			b.diskNotEnforced(err.Error())
+			withDisk = false
+			continue
+		case err != nil && cerrdefs.IsNotFound(err) && !pulled:
+			if perr := ensureImage(ctx, b.cli, b.host, sp.Image, backend.Options{Progress: b.progress}); perr != nil {
+				return "", perr
+			}
+			pulled = true
+			continue
+		}
+		break
 	}
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
 			return "", err
 		}
-		return "", wrap(b.host, err, "create container %s", sp.Name)
+		return "", wrap(b.host, err, "create container %s", name)
 	}
 	for _, w := range res.Warnings {
-		b.log.Warn("docker: daemon warning at container creation (a limit may not be enforced)", "container", sp.Name, "warning", w)
+		b.log.Warn("docker: daemon warning at container creation (a limit may not be enforced)", "container", name, "warning", w)
 	}
 	if _, err := b.cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
-		_, _ = b.cli.ContainerRemove(context.WithoutCancel(ctx), res.ID, client.ContainerRemoveOptions{Force: true})
-		return "", wrap(b.host, err, "start container %s", sp.Name)
+		_, _ = b.cli.ContainerRemove(context.WithoutCancel(ctx), res.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		return "", wrap(b.host, err, "start container %s", name)
 	}
-	b.log.Debug("docker: container created", "container", sp.Name, "id", res.ID[:12], "image", sp.Image)
 	return res.ID, nil
+}
+
+// diskNotEnforced reports, for this environment, that its disk limit is
+// not enforced.
+func (b *Backend) diskNotEnforced(daemonSaid string) {
+	b.log.Warn("docker: disk limit not enforced: the daemon refuses a per-container disk quota (StorageOpt size needs overlay2 on xfs with pquota)",
+		"container_disk_mb", b.spec.DiskMB, "daemon_said", daemonSaid)
 }
 
 // isStorageOptRefused reports whether the daemon refused a disk quota.
@@ -410,8 +465,11 @@ func (b *Backend) Close(ctx context.Context) error {
 	}
 	b.closed = true
 	id, claim := b.id, b.claim
+	if b.spare != nil {
+		b.spare.Close()
+		b.spare = nil
+	}
 	b.mu.Unlock()
-	defer b.cli.Close()
 
 	if b.spec.Persistent {
 		// Stopped first, released second: the claim keeps other berths'

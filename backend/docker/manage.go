@@ -11,6 +11,7 @@ import (
 	"github.com/a55dbaac/berth/backend"
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/volume"
 	"github.com/moby/moby/client"
 )
 
@@ -55,8 +56,10 @@ func prune(ctx context.Context, cli *client.Client, host string, maxAge time.Dur
 		if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			return removed, wrap(host, err, "remove container %s", c.ID[:12])
 		}
-		if err := removeVolumes(ctx, cli, host, key); err != nil {
-			return removed, err
+		if key != "" { // a pooled container's volumes went with it
+			if err := removeVolumes(ctx, cli, host, key); err != nil {
+				return removed, err
+			}
 		}
 		removed = append(removed, key)
 	}
@@ -77,7 +80,24 @@ func removeEnv(ctx context.Context, cli *client.Client, host, key string) error 
 			return wrap(host, err, "remove container %s of %s", c.ID[:12], key)
 		}
 	}
-	return removeVolumes(ctx, cli, host, key)
+	vols, err := cli.VolumeList(ctx, client.VolumeListOptions{
+		Filters: make(client.Filters).Add("label", LabelBerth+"=1", LabelKey+"="+key),
+	})
+	if err != nil {
+		return wrap(host, err, "list volumes of %s", key)
+	}
+	// A pooled container claimed for key has no label of it: its bind
+	// record names it (pool.go).
+	for _, v := range vols.Items {
+		if v.Labels[LabelRole] != bindRole || v.Labels[LabelBound] == "" {
+			continue
+		}
+		id := v.Labels[LabelBound]
+		if _, err := cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return wrap(host, err, "remove container %s of %s", shortID(id), key)
+		}
+	}
+	return removeListedVolumes(ctx, cli, host, key, vols.Items)
 }
 
 // removeVolumes removes the volumes of key (labelled with it, or carrying
@@ -89,8 +109,14 @@ func removeVolumes(ctx context.Context, cli *client.Client, host, key string) er
 	if err != nil {
 		return wrap(host, err, "list volumes of %s", key)
 	}
+	return removeListedVolumes(ctx, cli, host, key, vols.Items)
+}
+
+// removeListedVolumes removes the volumes listed for key and those
+// carrying the names berth gives key's volumes.
+func removeListedVolumes(ctx context.Context, cli *client.Client, host, key string, vols []volume.Volume) error {
 	names := []string{volumeName(ContainerName(key), "root"), volumeName(ContainerName(key), "workspace")}
-	for _, v := range vols.Items {
+	for _, v := range vols {
 		if v.Name != names[0] && v.Name != names[1] {
 			names = append(names, v.Name)
 		}
@@ -188,17 +214,32 @@ func (envAdmin) List(ctx context.Context, opts backend.Options) ([]backend.EnvIn
 		return nil, err
 	}
 	defer cli.Close()
-	items, err := berthContainers(ctx, cli, daemonHost(opts.Getenv))
+	host := daemonHost(opts.Getenv)
+	items, err := berthContainers(ctx, cli, host)
 	if err != nil {
 		return nil, err
 	}
+	var bound map[string]string // claimed pooled containers' keys
 	out := make([]backend.EnvInfo, 0, len(items))
 	for _, c := range items {
-		out = append(out, backend.EnvInfo{
+		e := backend.EnvInfo{
 			Backend: Name, Key: c.Labels[LabelKey], State: string(c.State),
 			ID: c.ID, Image: c.Image, Created: time.Unix(c.Created, 0),
 			Persistent: c.Labels[LabelPersistent] == "1",
-		})
+		}
+		if shape := c.Labels[LabelPool]; shape != "" {
+			if pooledName(c.Names) {
+				e.Pool = shape
+			} else {
+				if bound == nil {
+					if bound, err = bindings(ctx, cli, host); err != nil {
+						return nil, err
+					}
+				}
+				e.Key = bound[c.ID]
+			}
+		}
+		out = append(out, e)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
@@ -229,6 +270,21 @@ func (envAdmin) Prune(ctx context.Context, opts backend.Options, maxAge time.Dur
 	defer cli.Close()
 	host := daemonHost(opts.Getenv)
 	_, sweepErr := sweepCheckpoints(ctx, cli, host)
+	items, err := berthContainers(ctx, cli, host)
+	if err != nil {
+		return nil, errors.Join(err, sweepErr)
+	}
+	pooled, poolErr := prunePools(ctx, cli, host, items)
 	keys, err := prune(ctx, cli, host, maxAge, true, nil)
-	return keys, errors.Join(err, sweepErr)
+	if err == nil {
+		// The bind records of claimed pooled containers pruned or gone.
+		if items, err = berthContainers(ctx, cli, host); err == nil {
+			live := map[string]bool{}
+			for _, c := range items {
+				live[c.ID] = true
+			}
+			err = sweepBindRecords(ctx, cli, host, live)
+		}
+	}
+	return append(keys, pooled...), errors.Join(err, poolErr, sweepErr)
 }

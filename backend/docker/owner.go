@@ -123,6 +123,7 @@ func reapDeadOwners(ctx context.Context, cli *client.Client, host string) (remov
 	if held == nil {
 		return nil, nil, claimErr
 	}
+	gone := map[string]bool{}
 	for _, c := range items {
 		if c.State != container.StateRunning || !procmark.Gone(c.Labels[LabelOwner]) || held[c.ID] {
 			continue
@@ -139,12 +140,22 @@ func reapDeadOwners(ctx context.Context, cli *client.Client, host string) (remov
 		if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			return removed, stopped, wrap(host, err, "remove orphaned container %s", shortID(c.ID))
 		}
-		if err := removeVolumes(ctx, cli, host, key); err != nil {
-			return removed, stopped, err
+		gone[c.ID] = true
+		if key != "" { // a pooled container's volumes went with it
+			if err := removeVolumes(ctx, cli, host, key); err != nil {
+				return removed, stopped, err
+			}
 		}
 		removed = append(removed, key)
 	}
-	return removed, stopped, claimErr
+	// The bind records of claimed pooled containers that are gone.
+	live := map[string]bool{}
+	for _, c := range items {
+		if !gone[c.ID] {
+			live[c.ID] = true
+		}
+	}
+	return removed, stopped, errors.Join(claimErr, sweepBindRecords(ctx, cli, host, live))
 }
 
 // liveClaims returns the ids of the containers a live berth claims, and

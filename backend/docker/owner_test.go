@@ -18,7 +18,7 @@ import (
 )
 
 // deadOwner returns the owner label of a process that has exited.
-func deadOwner(t *testing.T) string {
+func deadOwner(t testing.TB) string {
 	t.Helper()
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
@@ -213,8 +213,7 @@ func testDeadClaimantsContainerStopped(t *testing.T) {
 	dead := deadOwner(t)
 	withOwner(t, dead, func() {
 		b, err := New(ctx, opts) // reattached by a berth that then "crashes"
-		must(t, err)
-		b.cli.Close()
+		must(t, err)             // and never closed: the "crash"
 		if b.ContainerID() != id {
 			t.Fatalf("reattach created %s instead of reattaching %s", b.ContainerID(), id)
 		}

@@ -74,6 +74,7 @@ type process struct {
 	conn        client.HijackedResponse
 	stdin       *stdin
 	stdout      *output
+	spareEnd    string        // a pooled container's spare: the line that ends its argv (pool.go)
 	last        atomic.Int64  // unix nanoseconds of the last output chunk
 	eof         chan struct{} // closed when the output stream ended
 	eofOnce     sync.Once

@@ -239,7 +239,12 @@ func (s *spec) config(withDisk, swapLimit bool) (*container.Config, *container.H
 	}
 	sort.Strings(dirs)
 	for _, d := range dirs {
-		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: s.Volumes[d], Target: d})
+		// The daemon makes a volume the container names with these labels
+		// (none of berth's own requests per volume).
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: s.Volumes[d], Target: d,
+			VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{
+				LabelBerth: "1", LabelKey: s.Key, LabelPersistent: boolLabel(s.Persistent), LabelRole: strings.TrimPrefix(d, "/"),
+			}}})
 	}
 	return cfg, hc
 }

@@ -58,6 +58,38 @@ func TestConformance(t *testing.T) {
 			f := newFixture(t)
 			return backendtest.Target{New: f.factory(func(b *Backend) { b.setProtocol(protoSPDY) })}
 		},
+	}, backendtest.Config{
+		// Warm pools (terminal.warm_pool) of the primary configuration's
+		// throwaway pods, in a namespace of their own.
+		Name:   "pool",
+		Groups: []string{"Pool"},
+		Setup: func(t *testing.T) backendtest.Target {
+			f := newFixture(t)
+			return backendtest.Target{New: f.factory(nil), Options: backendtest.Options{Pool: &backendtest.PoolOptions{
+				Options: func(t testing.TB) backend.Options { return f.options(t, nil) },
+				Orphan: func(t testing.TB, opts backend.Options) string {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					m, err := makeMember(ctx, opts, deadOwner(t))
+					if err != nil {
+						t.Fatalf("a dead berth's pooled pod: %v", err)
+					}
+					t.Cleanup(func() { _ = m.Discard(context.Background()) })
+					return m.ID()
+				},
+				Sweep: func(t testing.TB, opts backend.Options) {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					_, c, err := poolSettings(opts)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := sweep(ctx, c, 2*time.Minute, false); err != nil {
+						t.Fatalf("the crash sweep: %v", err)
+					}
+				},
+			}}}
+		},
 	})
 }
 

@@ -53,6 +53,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,6 +77,7 @@ func init() {
 		Doctor: Doctor,
 		Envs:   envAdmin{},
 		Keys:   configKeys,
+		Pool:   pooler{},
 	})
 }
 
@@ -89,6 +91,9 @@ type Backend struct {
 	c     *cluster
 	log   *slog.Logger
 	nonce string // random part of this Backend's holder annotation
+	// pod is the name of the environment's pod: PodName of its key, or
+	// the name of the pooled pod it was claimed from (pool.go).
+	pod atomic.Value
 
 	mu sync.Mutex
 	// protocol forces one exec transport ("" = WebSocket with the SPDY
@@ -136,6 +141,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{set: s, c: c, log: opts.Log().With("backend", Name, "key", s.Key), nonce: newNonce()}
+	b.setPod(PodName(s.Key))
 	b.cleanUpOnce(ctx, opts.Config.LifetimeSeconds)
 	uid, err := b.ensure(ctx)
 	if err != nil {
@@ -156,7 +162,10 @@ func (b *Backend) Name() string { return Name }
 func (b *Backend) Namespace() string { return b.c.namespace }
 
 // PodName returns the name of the environment's pod.
-func (b *Backend) PodName() string { return PodName(b.set.Key) }
+func (b *Backend) PodName() string { return b.pod.Load().(string) }
+
+// setPod records the name of the environment's pod.
+func (b *Backend) setPod(name string) { b.pod.Store(name) }
 
 // PodUID returns the UID of the environment's current pod.
 func (b *Backend) PodUID() types.UID {
@@ -218,7 +227,7 @@ func (b *Backend) start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 	}
 	uid := b.uid
 	b.mu.Unlock()
-	name := PodName(b.set.Key)
+	name := b.PodName()
 
 	if ok, err := b.alive(ctx, uid); err != nil {
 		return nil, err
@@ -226,6 +235,7 @@ func (b *Backend) start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 		if uid, err = b.recover(ctx, uid); err != nil {
 			return nil, err
 		}
+		name = b.PodName()
 	}
 	p, err := b.startProcess(ctx, name, uid, spec)
 	if err == nil {
@@ -245,7 +255,7 @@ func (b *Backend) start(ctx context.Context, spec backend.ProcSpec) (backend.Pro
 			if _, err := b.recover(ctx, uid); err != nil {
 				return nil, err
 			}
-			if p, err = b.startProcess(ctx, name, b.PodUID(), spec); err == nil {
+			if p, err = b.startProcess(ctx, b.PodName(), b.PodUID(), spec); err == nil {
 				return p, nil
 			}
 			break
@@ -277,12 +287,12 @@ func containerStopped(err error) bool {
 
 // alive reports whether the pod with the given UID still runs.
 func (b *Backend) alive(ctx context.Context, uid types.UID) (bool, error) {
-	p, err := b.c.api.pods(b.c.namespace).Get(ctx, PodName(b.set.Key), metav1.GetOptions{})
+	p, err := b.c.api.pods(b.c.namespace).Get(ctx, b.PodName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
-		return false, b.c.wrap(err, "get pod %s", PodName(b.set.Key))
+		return false, b.c.wrap(err, "get pod %s", b.PodName())
 	}
 	return p.UID == uid && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && running(p), nil
 }
@@ -307,12 +317,13 @@ func (b *Backend) recover(ctx context.Context, uid types.UID) (types.UID, error)
 		return "", ErrClosed
 	}
 	if b.uid == uid {
-		b.log.Warn("kubernetes: the pod is gone or ended; replacing it", "pod", PodName(b.set.Key))
+		b.log.Warn("kubernetes: the pod is gone or ended; replacing it", "pod", b.PodName())
 		b.held = false
 		b.dropSpare()
+		b.setPod(PodName(b.set.Key)) // a claimed pooled pod is replaced by the key's own
 		nuid, err := b.ensure(ctx)
 		if err != nil {
-			return "", fmt.Errorf("kubernetes: replace pod %s: %w", PodName(b.set.Key), err)
+			return "", fmt.Errorf("kubernetes: replace pod %s: %w", b.PodName(), err)
 		}
 		b.uid = nuid
 		b.recreated.Set()
@@ -345,7 +356,7 @@ func (b *Backend) Close(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, closeTimeout)
 		defer cancel()
 	}
-	name := PodName(b.set.Key)
+	name := b.PodName()
 	grace := int64(1)
 	var errs []error
 	err := b.c.api.pods(b.c.namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})

@@ -505,7 +505,7 @@ func testRunAsUser(t *testing.T, f *fixture) {
 // waits to be killed: its mark is read while it surely runs (a process
 // that exits by itself may be a zombie, which has no mark, before it is
 // read).
-func deadOwner(t *testing.T) string {
+func deadOwner(t testing.TB) string {
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

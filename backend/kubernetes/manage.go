@@ -62,13 +62,16 @@ func sweep(ctx context.Context, c *cluster, maxAge time.Duration, claimsToo bool
 	now := time.Now()
 	var removed []string
 	var errs []error
-	live := map[string]bool{} // LabelEnv values of pods kept
+	live := map[string]bool{}       // LabelEnv values of pods kept
+	liveMember := map[string]bool{} // LabelPoolMember values of pods kept
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		ended := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-		remove := p.DeletionTimestamp == nil && (orphaned(p) || ended && now.Sub(endedAt(p)) >= maxAge)
+		remove := p.DeletionTimestamp == nil && (orphaned(p) || ended && now.Sub(endedAt(p)) >= maxAge ||
+			claimsToo && pooled(p)) // berth env prune: every unclaimed pooled pod (a live pool refills)
 		if !remove {
 			live[p.Labels[LabelEnv]] = true
+			liveMember[p.Labels[LabelPoolMember]] = true
 			continue
 		}
 		if err := removePod(ctx, c, p); err != nil {
@@ -85,7 +88,13 @@ func sweep(ctx context.Context, c *cluster, maxAge time.Duration, claimsToo bool
 		}
 	} else {
 		for _, np := range pols.Items {
-			if live[np.Labels[LabelEnv]] || np.Labels[LabelPersistent] == "1" && !claimsToo {
+			if m := np.Labels[LabelPoolMember]; m != "" {
+				// A pooled pod's policy selects it by its member label,
+				// claimed or not: it goes with the pod.
+				if liveMember[m] {
+					continue
+				}
+			} else if live[np.Labels[LabelEnv]] || np.Labels[LabelPersistent] == "1" && !claimsToo {
 				continue
 			}
 			err := c.api.networkPolicies(c.namespace).Delete(ctx, np.Name, metav1.DeleteOptions{})
@@ -184,6 +193,13 @@ func removeEnv(ctx context.Context, c *cluster, key string, policyToo, claimToo 
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, c.wrap(err, "delete pod %s", p.Name))
 		}
+		if policyToo && p.Labels[LabelPoolMember] != "" {
+			// A claimed pooled pod's policy is its own (pool.go).
+			err := c.api.networkPolicies(c.namespace).Delete(ctx, policyName(p.Name), metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, c.wrap(err, "delete network policy %s", policyName(p.Name)))
+			}
+		}
 	}
 	if policyToo {
 		pols, err := c.api.networkPolicies(c.namespace).List(ctx, sel)
@@ -280,10 +296,14 @@ func (envAdmin) List(ctx context.Context, opts backend.Options) ([]backend.EnvIn
 			image = p.Spec.Containers[0].Image
 		}
 		seen[p.Labels[LabelEnv]] = true
-		out = append(out, backend.EnvInfo{
+		e := backend.EnvInfo{
 			Backend: Name, Key: p.Annotations[AnnKey], State: lower(state), ID: c.namespace + "/" + p.Name,
 			Image: image, Created: p.CreationTimestamp.Time, Persistent: p.Labels[LabelPersistent] == "1",
-		})
+		}
+		if pooled(&p) {
+			e.Key, e.Pool = "", p.Labels[LabelPool]
+		}
+		out = append(out, e)
 	}
 	pvcs, err := c.api.claims(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: allSelector})
 	if err != nil {
@@ -323,8 +343,9 @@ func (envAdmin) Remove(ctx context.Context, opts backend.Options, key string) er
 }
 
 // Prune removes pods of dead berths, pods that ended more than maxAge ago,
-// and the volume claims of persistent environments whose pod has been gone
-// for more than maxAge, and returns their keys.
+// every unclaimed pooled pod, and the volume claims of persistent
+// environments whose pod has been gone for more than maxAge, and returns
+// their keys ("" for a pooled pod).
 func (envAdmin) Prune(ctx context.Context, opts backend.Options, maxAge time.Duration) ([]string, error) {
 	c, err := adminCluster(opts)
 	if errors.Is(err, ErrNoCluster) {

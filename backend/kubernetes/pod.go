@@ -238,6 +238,23 @@ func (b *Backend) ensure(ctx context.Context) (types.UID, error) {
 			return "", fmt.Errorf("kubernetes: pod %s keeps changing under berth (deleted or replaced by another process); giving up", name)
 		}
 		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			// A pooled pod another berth claimed for the key keeps its
+			// pool name (pool.go): it is the key's environment.
+			if claimed := b.findClaimed(ctx); claimed != nil {
+				b.setPod(claimed.Name)
+				b.hold(ctx, claimed)
+				ready, err := b.waitReady(ctx, claimed)
+				if err == nil {
+					return ready.UID, nil
+				}
+				b.setPod(name)
+				if !errors.Is(err, errPodGone) {
+					return "", err
+				}
+				continue
+			}
+		}
 		switch {
 		case apierrors.IsNotFound(err):
 			pod, err = b.create(ctx)

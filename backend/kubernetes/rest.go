@@ -149,6 +149,11 @@ func (a *apiClient) claims(namespace string) apiCollection[*corev1.PersistentVol
 	return newCollection[corev1.PersistentVolumeClaim, corev1.PersistentVolumeClaimList](a.core, "persistentvolumeclaims", namespace)
 }
 
+// resourceQuotas are the resource quotas of namespace.
+func (a *apiClient) resourceQuotas(namespace string) apiCollection[*corev1.ResourceQuota, *corev1.ResourceQuotaList] {
+	return newCollection[corev1.ResourceQuota, corev1.ResourceQuotaList](a.core, "resourcequotas", namespace)
+}
+
 // networkPolicies are the network policies of namespace.
 func (a *apiClient) networkPolicies(namespace string) apiCollection[*networkingv1.NetworkPolicy, *networkingv1.NetworkPolicyList] {
 	return newCollection[networkingv1.NetworkPolicy, networkingv1.NetworkPolicyList](a.networking, "networkpolicies", namespace)

@@ -67,7 +67,7 @@ func (b *Backend) refill() {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), spareTimeout)
 		defer cancel()
-		sp, err := b.exec(ctx, PodName(b.set.Key), nil)
+		sp, err := b.exec(ctx, b.PodName(), nil)
 		b.mu.Lock()
 		b.sparePending = nil
 		switch {

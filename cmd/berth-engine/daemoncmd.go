@@ -196,11 +196,22 @@ func printStatus(st *wire.Status, self bool) {
 	fmt.Printf("exits after %s with no environment and no connection\n", st.Lifetime)
 	if len(st.Environments) == 0 {
 		fmt.Println("no environments")
-		return
+	} else {
+		fmt.Printf("%-20s %-12s %-6s %5s %10s  %s\n", "TASK", "BACKEND", "BUSY", "BG", "IDLE", "CWD")
+		for _, e := range st.Environments {
+			fmt.Printf("%-20s %-12s %-6v %5d %10s  %s\n", e.Key, e.Backend, e.Busy, e.Processes, time.Since(e.LastUsed).Round(time.Second), e.Cwd)
+		}
 	}
-	fmt.Printf("%-20s %-12s %-6s %5s %10s  %s\n", "TASK", "BACKEND", "BUSY", "BG", "IDLE", "CWD")
-	for _, e := range st.Environments {
-		fmt.Printf("%-20s %-12s %-6v %5d %10s  %s\n", e.Key, e.Backend, e.Busy, e.Processes, time.Since(e.LastUsed).Round(time.Second), e.Cwd)
+	for _, p := range st.Pools {
+		shape := p.Shape
+		if len(shape) > 12 {
+			shape = shape[:12]
+		}
+		fmt.Printf("warm pool %s on %s: %d of %d ready, %d being made, %d claimed", shape, p.Backend, p.Ready, p.Size, p.Making, p.Claimed)
+		if p.Failed > 0 {
+			fmt.Printf(", %d failed (last: %s)", p.Failed, p.LastError)
+		}
+		fmt.Println()
 	}
 }
 

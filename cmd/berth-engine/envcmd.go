@@ -64,7 +64,7 @@ here too (docs/fork.md).`,
 			fmt.Fprintln(w, "BACKEND\tKEY\tSTATE\tAGE\tID\tIMAGE")
 			ids := shortIDs(found)
 			for i, e := range found {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Backend, e.Key, e.State, time.Since(e.Created).Round(time.Second), ids[i], e.Image)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Backend, keyColumn(e), e.State, time.Since(e.Created).Round(time.Second), ids[i], e.Image)
 			}
 			w.Flush()
 			return reportNotAsked(notAsked, cfg.Terminal.Backend)
@@ -145,7 +145,9 @@ keeps, and berth's record of it); the environment stays.`,
 		Short: "Remove environments that have not been running for a while (persistent ones included)",
 		Long: `Remove every berth environment that has not been running for longer than
 --older-than, with its volumes. This includes stopped persistent environments:
-their installed files and workspace are deleted.`,
+their installed files and workspace are deleted. Every environment of a warm
+pool that no task has claimed goes too, whatever its age (a running daemon's
+pool makes new ones; docs/pools.md).`,
 		Example: "  berth env prune --older-than 72h",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -159,6 +161,10 @@ their installed files and workspace are deleted.`,
 			for _, r := range admins(cfg) {
 				removed, err := r.Envs.Prune(cmd.Context(), opts(cfg), olderThan)
 				for _, k := range removed {
+					if k == "" {
+						fmt.Printf("removed an unclaimed %s environment of a warm pool\n", r.Name)
+						continue
+					}
 					fmt.Printf("removed %s environment %q\n", r.Name, k)
 				}
 				if err != nil {
@@ -171,6 +177,20 @@ their installed files and workspace are deleted.`,
 	prune.Flags().DurationVar(&olderThan, "older-than", 24*time.Hour, "only environments stopped for longer than this")
 	root.AddCommand(prune)
 	return root
+}
+
+// keyColumn is what berth env ls shows as an environment's key: its key,
+// or for an unclaimed environment of a warm pool "(pool SHAPE)", the
+// shape cut to 12 characters.
+func keyColumn(e backend.EnvInfo) string {
+	if e.Pool == "" {
+		return e.Key
+	}
+	shape := e.Pool
+	if len(shape) > 12 {
+		shape = shape[:12]
+	}
+	return "(pool " + shape + ")"
 }
 
 // shortIDs are the IDs berth env ls shows, in the order of envs. An ID is

@@ -112,3 +112,20 @@ func TestEnvLsIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvLsPoolKey: an unclaimed pooled environment has no key; berth env
+// ls names its pool instead, and a claimed one shows its key.
+func TestEnvLsPoolKey(t *testing.T) {
+	for _, c := range []struct {
+		e    backend.EnvInfo
+		want string
+	}{
+		{backend.EnvInfo{Key: "build"}, "build"},
+		{backend.EnvInfo{Pool: "0123456789abcdef0123"}, "(pool 0123456789ab)"},
+		{backend.EnvInfo{Pool: "short"}, "(pool short)"},
+	} {
+		if got := keyColumn(c.e); got != c.want {
+			t.Errorf("keyColumn(%+v) = %q, want %q", c.e, got, c.want)
+		}
+	}
+}

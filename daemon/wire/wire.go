@@ -269,6 +269,24 @@ type Status struct {
 	Lifetime     time.Duration `json:"lifetime_ns"`
 	Connections  int           `json:"connections"`
 	Environments []EnvStatus   `json:"environments"`
+	// Pools are the warm pools the daemon keeps (terminal.warm_pool).
+	Pools []PoolStatus `json:"pools,omitempty"`
+}
+
+// PoolStatus describes one warm pool the daemon keeps.
+type PoolStatus struct {
+	Backend string `json:"backend"`
+	Shape   string `json:"shape"`
+	Size    int    `json:"size"`
+	Ready   int    `json:"ready"`
+	Making  int    `json:"making"`
+	// Members are the backend's IDs of the ready environments (as berth
+	// env ls shows them), oldest first.
+	Members []string `json:"members,omitempty"`
+	Claimed int      `json:"claimed"`
+	Failed  int      `json:"failed,omitempty"`
+	// LastError is the last make or claim that failed.
+	LastError string `json:"last_error,omitempty"`
 }
 
 // EnvStatus describes one environment the daemon holds.
