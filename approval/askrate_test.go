@@ -10,9 +10,13 @@ import (
 )
 
 // trajectoryCtx is where the commands of testdata/trajectories.jsonl ran:
-// an agent's checkout of a project, as root, on a machine of its own.
+// an agent's checkout of a project, as root, on a machine of its own, in
+// a shell whose IFS is the default (what berth's session reports of a
+// shell no command has given another).
 var trajectoryCtx = Context{Backend: "local", Cwd: "/testbed", Home: "/root", BerthHome: "/root/.berth", ConfigPath: "/root/.berth/config.yaml",
-	Resolve: func(p string) string { return p }}
+	Resolve: func(p string) string { return p }, IFS: &defaultIFS}
+
+var defaultIFS = " \t\n"
 
 // TestAskRateOnTrajectories measures, on real agent commands (see
 // testdata/README.md), how many berth would ask about in manual mode,
@@ -60,4 +64,4 @@ func TestAskRateOnTrajectories(t *testing.T) {
 
 // askedWhenMeasured is how many commands of the corpus berth asked about
 // when it was made (docs/approvals.md).
-const askedWhenMeasured = 3
+const askedWhenMeasured = 8
