@@ -1,0 +1,378 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+)
+
+// This file copies an environment's files through exec streams, where the
+// storage cannot clone or snapshot a volume (and always for a throwaway
+// pod, whose files are in no volume claim): tar runs in the pod that has
+// the files and in the pod that receives them, and berth passes the
+// archive from one exec stream to the other. The pod that receives them
+// is a short-lived helper that mounts a checkpoint's volume claim (to take
+// a checkpoint), or the new environment's own pod (to restore one, from a
+// helper that mounts the checkpoint's claim read-only).
+//
+// What is copied is what the environment keeps: /root and /workspace
+// (a persistent environment's volume claim holds exactly these, as the
+// subdirectories root and workspace; a checkpoint's claim holds them the
+// same way, so a clone or snapshot of either restores alike). Files
+// elsewhere in the container (packages installed under /usr) are not
+// carried, as a persistent environment does not keep them across a new
+// pod either.
+
+// checkpointDir is where a helper pod mounts a checkpoint's volume.
+const checkpointDir = "/berth-checkpoint"
+
+// keptDirs are the directories a checkpoint holds, relative to / in the
+// environment's pod and to checkpointDir in a helper.
+var keptDirs = []string{"root", "workspace"}
+
+// tarOutScript writes an archive of the entries of root and workspace
+// under the directory $1 to stdout, names relative to $1 ("root/x"): the
+// directories' entries and not the directories themselves, so that
+// extracting it never changes the mode or owner of /root or /workspace
+// (which a non-root user could not). It reads one line first (see wrapper:
+// nothing may be written before the exec's streams are registered), and
+// ends with a line "berth-exit N" on stderr: the stream itself reports a
+// status only as the kubelet saw it, and an empty one reads as success.
+// Nothing to archive writes nothing.
+const tarOutScript = `IFS= read -r __berth_go || :
+cd "$1" || { printf 'berth-exit 1\n' >&2; exit 0; }
+set --
+for d in root workspace; do
+  [ -d "$d" ] && [ -r "$d" ] && [ -x "$d" ] || continue
+  for f in "$d"/* "$d"/.[!.]* "$d"/..?*; do
+    if [ -e "$f" ] || [ -L "$f" ]; then set -- "$@" "$f"; fi
+  done
+done
+s=0
+if [ $# -gt 0 ]; then tar --numeric-owner -cf - "$@"; s=$?; fi
+printf 'berth-exit %d\n' "$s" >&2
+`
+
+// tarInScript extracts the archive on stdin under the directory $1, after
+// one line saying whether one follows ("1") or nothing does ("0"). With $2
+// = 1 it first empties root and workspace there (a restore into a pod
+// whose /root holds the image's files: the copy is the checkpoint's, not
+// a merge). It ends with the same "berth-exit N" line as tarOutScript.
+const tarInScript = `IFS= read -r __berth_go || :
+IFS= read -r n || n=0
+cd "$1" || { printf 'berth-exit 1\n' >&2; exit 0; }
+mkdir -p root workspace 2>/dev/null
+if [ "$2" = 1 ]; then
+  for d in root workspace; do
+    for f in "$d"/* "$d"/.[!.]* "$d"/..?*; do
+      if [ -e "$f" ] || [ -L "$f" ]; then rm -rf "$f" 2>/dev/null; fi
+    done
+  done
+fi
+s=0
+if [ "$n" = 1 ]; then tar --numeric-owner -xf -; s=$?; fi
+printf 'berth-exit %d\n' "$s" >&2
+`
+
+// endpoint is one side of a copy: a pod of the backend's namespace and the
+// directory under which root and workspace are.
+type endpoint struct {
+	pod  string
+	base string
+}
+
+// copyTree copies root and workspace from one pod to another through two
+// exec streams, and returns the size of the archive. With wipe the
+// destination's are emptied first. Both execs start at once; the
+// destination learns from the first bytes whether there is anything to
+// extract. A failure on either side ends the other.
+func (b *Backend) copyTree(ctx context.Context, from, to endpoint, wipe bool) (int64, error) {
+	srcCtx, cancelSrc := context.WithCancel(ctx)
+	defer cancelSrc()
+	dstCtx, cancelDst := context.WithCancel(ctx)
+	defer cancelDst()
+	pr, pw := io.Pipe()
+	var n atomic.Int64
+	type result struct {
+		code   int
+		stderr string
+		err    error
+	}
+	srcDone := make(chan result, 1)
+	go func() {
+		code, stderr, err := b.execScript(srcCtx, from.pod, tarOutScript, []string{from.base}, nil, countWriter{pw, &n})
+		if err == nil && code != 0 && !changedWhileRead(code, stderr) {
+			err = fmt.Errorf("tar in pod %s exited with status %d: %s", from.pod, code, strings.TrimSpace(stderr))
+		}
+		if err != nil {
+			err = fmt.Errorf("kubernetes: archive %s in pod %s: %w", strings.Join(keptDirs, " and "), from.pod, err)
+			pw.CloseWithError(err)
+			cancelDst()
+		} else {
+			pw.Close()
+		}
+		srcDone <- result{code, stderr, err}
+	}()
+	wipeArg := "0"
+	if wipe {
+		wipeArg = "1"
+	}
+	var out bytes.Buffer
+	code, stderr, derr := b.execScript(dstCtx, to.pod, tarInScript, []string{to.base, wipeArg}, &announce{r: pr}, &cappedWriter{buf: &out, max: 4 << 10})
+	if derr == nil && code != 0 {
+		derr = fmt.Errorf("tar in pod %s exited with status %d: %s", to.pod, code, strings.TrimSpace(stderr+out.String()))
+	}
+	if derr != nil {
+		cancelSrc()
+		pr.CloseWithError(derr)
+	} else {
+		// tar stops reading at the archive's end marker; what follows it
+		// (the record's padding) must still be taken for the source to end.
+		go io.Copy(io.Discard, pr)
+	}
+	src := <-srcDone
+	pr.Close()
+	if src.err != nil {
+		return n.Load(), src.err
+	}
+	if derr != nil {
+		return n.Load(), fmt.Errorf("kubernetes: extract into pod %s: %w", to.pod, derr)
+	}
+	return n.Load(), nil
+}
+
+// changedWhileRead reports GNU tar's exit status 1 for files that changed
+// while it read them (a log a background process writes): the archive is
+// whole, as of a moment during the copy.
+func changedWhileRead(code int, stderr string) bool {
+	if code != 1 {
+		return false
+	}
+	for _, l := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		if !strings.Contains(l, "file changed as we read it") {
+			return false
+		}
+	}
+	return true
+}
+
+// announce is the destination's stdin: "1\n" then the archive once its
+// first bytes arrive, or "0\n" when the source ended without any.
+type announce struct {
+	r       io.Reader
+	started bool
+	pending []byte
+}
+
+func (a *announce) Read(p []byte) (int, error) {
+	if !a.started {
+		a.started = true
+		buf := make([]byte, 32<<10)
+		n, err := a.r.Read(buf)
+		for n == 0 && err == nil {
+			n, err = a.r.Read(buf)
+		}
+		switch {
+		case n > 0:
+			a.pending = append([]byte("1\n"), buf[:n]...)
+		case err == io.EOF:
+			a.pending = []byte("0\n")
+		default:
+			return 0, err
+		}
+	}
+	if len(a.pending) > 0 {
+		n := copy(p, a.pending)
+		a.pending = a.pending[n:]
+		return n, nil
+	}
+	return a.r.Read(p)
+}
+
+// countWriter counts what passes.
+type countWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// cappedWriter keeps the first max bytes (for an error message) and takes
+// the rest without keeping it.
+type cappedWriter struct {
+	mu  sync.Mutex
+	buf *bytes.Buffer
+	max int
+}
+
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := c.max - c.buf.Len(); room > 0 {
+		c.buf.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+// execScript runs script with /bin/sh in the container of pod (of the
+// backend's namespace), args as $1..., with stdin (after the newline the
+// script reads first; nil: nothing more) and stdout attached, stderr kept
+// apart, and returns the status of the script's last line "berth-exit N"
+// and the rest of stderr. An exec stream that breaks, or ends without that
+// line, is an error: what was copied may be short.
+func (b *Backend) execScript(ctx context.Context, pod, script string, args []string, stdin io.Reader, stdout io.Writer) (int, string, error) {
+	req := b.c.api.execRequest(b.c.namespace, pod, &corev1.PodExecOptions{
+		Container: containerName,
+		Command:   append([]string{"/bin/sh", "-c", script, "berth-copy"}, args...),
+		Stdin:     true,
+		Stdout:    true,
+		Stderr:    true,
+	})
+	u := req.URL()
+	b.mu.Lock()
+	proto := b.protocol
+	b.mu.Unlock()
+	var ws, spdy remotecommand.Executor
+	var err error
+	if proto != protoSPDY {
+		if ws, err = remotecommand.NewWebSocketExecutor(b.c.cfg, "GET", u.String()); err != nil {
+			return -1, "", fmt.Errorf("websocket transport: %w", err)
+		}
+	}
+	if proto != protoWebSocket {
+		if spdy, err = remotecommand.NewSPDYExecutor(b.c.cfg, "POST", u); err != nil {
+			return -1, "", fmt.Errorf("spdy transport: %w", err)
+		}
+	}
+	in := io.Reader(strings.NewReader("\n"))
+	if stdin != nil {
+		in = io.MultiReader(in, stdin)
+	}
+	var errBuf bytes.Buffer
+	opts := remotecommand.StreamOptions{Stdin: in, Stdout: stdout, Stderr: &cappedWriter{buf: &errBuf, max: 64 << 10}}
+	if ws != nil {
+		err = ws.StreamWithContext(ctx, opts)
+		if spdy != nil && shouldFallback(err) {
+			ws = nil
+		}
+	}
+	if ws == nil && spdy != nil {
+		err = spdy.StreamWithContext(ctx, opts)
+	}
+	var ce utilexec.CodeExitError
+	if err != nil && !errors.As(err, &ce) {
+		if ctx.Err() != nil {
+			return -1, errBuf.String(), ctx.Err()
+		}
+		return -1, errBuf.String(), b.c.wrap(err, "exec in pod %s", pod)
+	}
+	rest, code, ok := exitLine(errBuf.String())
+	if !ok {
+		if err != nil {
+			return -1, rest, fmt.Errorf("the copy in pod %s was killed (%v): %s", pod, err, strings.TrimSpace(rest))
+		}
+		return -1, rest, fmt.Errorf("the exec stream in pod %s ended without the copy's exit status (the connection to the API server was lost?)", pod)
+	}
+	return code, rest, nil
+}
+
+// exitLine splits the "berth-exit N" line off the end of a script's
+// stderr.
+func exitLine(stderr string) (string, int, bool) {
+	s := strings.TrimRight(stderr, "\n")
+	i := strings.LastIndexByte(s, '\n')
+	last := s[i+1:]
+	num, ok := strings.CutPrefix(last, "berth-exit ")
+	if !ok {
+		return stderr, -1, false
+	}
+	code, err := strconv.Atoi(num)
+	if err != nil {
+		return stderr, -1, false
+	}
+	return s[:max(i, 0)], code, true
+}
+
+// helperResources are a helper pod's: small, whatever the environment's
+// (which may ask for a whole core and gigabytes), so that it fits beside
+// the environment. Memory is limited, as a quota that wants limits asks;
+// tar's page cache is reclaimed within it.
+var helperResources = corev1.ResourceRequirements{
+	Requests: corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("50m"),
+		corev1.ResourceMemory: resource.MustParse("64Mi"),
+	},
+	Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+}
+
+// helperObject is a short-lived pod that mounts a checkpoint's volume at
+// checkpointDir (read-only to restore from it), to copy into or out of
+// it. It is the environment's pod as podObject makes it — the same image,
+// user, hardening, runtime class and node constraints — with only that
+// volume, small resources, and the labels of a checkpoint's helper: the
+// crash sweep removes it when the berth that made it is gone.
+func (b *Backend) helperObject(name, object, ckName string, vol corev1.VolumeSource, readOnly bool) *corev1.Pod {
+	p := b.podObject()
+	p.Name = name
+	p.Labels = checkpointLabels(b.set.Key, roleCheckpointIO, object)
+	p.Annotations = checkpointAnnotations(b.set.Key, ckName)
+	c := &p.Spec.Containers[0]
+	c.WorkingDir = "/"
+	c.Resources = *helperResources.DeepCopy()
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "checkpoint", MountPath: checkpointDir, ReadOnly: readOnly}}
+	p.Spec.Volumes = []corev1.Volume{{Name: "checkpoint", VolumeSource: vol}}
+	p.Spec.ServiceAccountName = ""
+	f := false
+	p.Spec.AutomountServiceAccountToken = &f
+	grace := int64(1)
+	p.Spec.TerminationGracePeriodSeconds = &grace
+	return p
+}
+
+// startHelper creates a helper pod and waits until its container runs
+// (terminal.kubernetes_start_timeout at most). On failure nothing is left.
+func (b *Backend) startHelper(ctx context.Context, pod *corev1.Pod) error {
+	ctx, cancel := context.WithTimeout(ctx, b.set.StartTimeout)
+	defer cancel()
+	created, err := b.c.api.pods(b.c.namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return b.c.wrap(err, "create helper pod %s", pod.Name)
+	}
+	if _, err := b.waitReady(ctx, created); err != nil {
+		b.discard(created)
+		if errors.Is(err, errPodGone) {
+			return fmt.Errorf("kubernetes: helper pod %s went away while starting", pod.Name)
+		}
+		return err
+	}
+	return nil
+}
+
+// removeHelper deletes a helper pod without waiting for it to go.
+func (b *Backend) removeHelper(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	grace := int64(1)
+	err := b.c.api.pods(b.c.namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	if err != nil && !apierrors.IsNotFound(err) {
+		b.log.Warn("kubernetes: removing a checkpoint's helper pod failed; the next crash sweep removes it", "pod", name, "err", err)
+	}
+}
