@@ -626,4 +626,3 @@ func sweepCheckpoints(ctx context.Context, c *cluster) error {
 	}
 	return errors.Join(errs...)
 }
-

@@ -73,7 +73,7 @@ func init() {
 		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
 			return New(ctx, opts)
 		},
-		Doctor: Doctor,
+		Doctor:      Doctor,
 		Envs:        envAdmin{},
 		Keys:        configKeys,
 		Checkpoints: checkpointAdmin{},

@@ -274,8 +274,8 @@ type volumeSnapshot struct {
 		} `json:"source"`
 	} `json:"spec"`
 	Status *struct {
-		CreationTime *metav1.Time      `json:"creationTime,omitempty"`
-		ReadyToUse   *bool             `json:"readyToUse,omitempty"`
+		CreationTime *metav1.Time       `json:"creationTime,omitempty"`
+		ReadyToUse   *bool              `json:"readyToUse,omitempty"`
 		RestoreSize  *resource.Quantity `json:"restoreSize,omitempty"`
 		Error        *struct {
 			Message *string `json:"message,omitempty"`
