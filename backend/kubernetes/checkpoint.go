@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -189,8 +190,10 @@ func (b *Backend) copyCheckpoint(ctx context.Context, cp *backend.Checkpoint) er
 				class = *src.Spec.StorageClassName
 			}
 		}
-	} else if err := b.checkDefaultClass(ctx, class); err != nil {
-		return err
+	}
+	immediate, err := b.classBinding(ctx, class)
+	if err != nil {
+		return fmt.Errorf("kubernetes: checkpoint: %w", err)
 	}
 	pvc := b.checkpointClaimObject(object, cp.Name, class, size, nil)
 	if _, err := b.c.api.claims(b.c.namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
@@ -202,6 +205,11 @@ func (b *Backend) copyCheckpoint(ctx context.Context, cp *backend.Checkpoint) er
 			b.deleteCheckpointObject(methodCopy, object)
 		}
 	}()
+	if immediate {
+		if err := b.awaitBound(ctx, object, class); err != nil {
+			return fmt.Errorf("kubernetes: checkpoint: %w", err)
+		}
+	}
 	helper := b.helperObject(object+"-w", object, cp.Name,
 		corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: object}}, false)
 	if err := b.startHelper(ctx, helper); err != nil {
@@ -251,23 +259,50 @@ func (b *Backend) checkpointClaimObject(object, name, class string, size resourc
 	return pvc
 }
 
-// checkDefaultClass fails at once, rather than after the start timeout,
-// when a claim of class "" would stay pending because the cluster has no
-// default storage class. A user who may not list classes is not stopped.
-func (b *Backend) checkDefaultClass(ctx context.Context, class string) error {
-	if class != "" {
-		return nil
-	}
+// classBinding reports whether claims of class ("" = the cluster's
+// default) are bound as soon as they are made (volumeBindingMode
+// Immediate) rather than once a pod uses them. It fails at once, rather
+// than after the start timeout, when class is "" and the cluster has no
+// default class: such a claim would stay pending. A user who may not list
+// classes is not stopped (false: berth does not wait for the binding).
+func (b *Backend) classBinding(ctx context.Context, class string) (bool, error) {
 	list, err := b.c.api.storageClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil
+		return false, nil
 	}
 	for _, sc := range list.Items {
-		if sc.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
-			return nil
+		if class == sc.Name || class == "" && sc.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
+			return sc.VolumeBindingMode == nil || *sc.VolumeBindingMode == storagev1.VolumeBindingImmediate, nil
 		}
 	}
-	return fmt.Errorf("kubernetes: checkpoint: the cluster has no default storage class to keep a checkpoint in; set terminal.%s to one (berth doctor lists them)", keyStorageClass)
+	if class == "" {
+		return false, fmt.Errorf("kubernetes: the cluster has no default storage class for the volume claim; set terminal.%s to one (berth doctor lists them)", keyStorageClass)
+	}
+	return false, nil
+}
+
+// awaitBound waits until the claim name is bound. A pod whose claim is not
+// bound yet when it is made is refused by the scheduler, and tried again
+// only after a back-off of a second or more: waiting for the binding
+// first (a class that binds at once: classBinding) starts the pod sooner.
+func (b *Backend) awaitBound(ctx context.Context, name, class string) error {
+	ctx, cancel := context.WithTimeout(ctx, b.set.StartTimeout)
+	defer cancel()
+	for delay := 20 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
+		pvc, err := b.c.api.claims(b.c.namespace).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && pvc.Status.Phase == corev1.ClaimBound {
+			return nil
+		}
+		if err != nil && ctx.Err() == nil {
+			return b.c.wrap(err, "get volume claim %s", name)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubernetes: volume claim %s was not bound within terminal.%s (%v): is there a provisioner for storage class %s? (berth doctor checks)",
+				name, keyStartTimeout, b.set.StartTimeout, orDefault(class))
+		case <-time.After(delay):
+		}
+	}
 }
 
 // markComplete records on a checkpoint's object that it is whole, with
@@ -329,32 +364,34 @@ func (b *Backend) ensureFrom(ctx context.Context, cp *backend.Checkpoint) (types
 	if err := b.clearKey(ctx); err != nil {
 		return "", err
 	}
-	if b.set.Persistent && src.native(b.set.StorageClass) {
-		// The new claim is made from the checkpoint (claimSource).
-		b.restoring = src
-		defer func() { b.restoring = nil }()
-		uid, err := b.ensure(ctx)
-		if err != nil {
-			b.removeFailed()
-		}
-		return uid, err
-	}
-	// Copy: the helper starts while the pod does.
-	helper := b.helperObject(src.object+"-r-"+newNonce()[:6], src.object, cp.Name, src.volume(), true)
+	native := b.set.Persistent && src.native(b.set.StorageClass)
+	// A copy: the helper that mounts the checkpoint starts while the
+	// environment does.
+	hctx, cancelHelper := context.WithCancel(ctx)
+	defer cancelHelper()
+	var helper *corev1.Pod
 	helperErr := make(chan error, 1)
-	go func() { helperErr <- b.startHelper(ctx, helper) }()
-	uid, err := b.ensure(ctx)
-	herr := <-helperErr
-	if herr == nil {
-		defer b.removeHelper(helper.Name)
+	if !native {
+		helper = b.helperObject(src.object+"-r-"+newNonce()[:6], src.object, cp.Name, src.volume(), true)
+		go func() { helperErr <- b.startHelper(hctx, helper) }()
 	}
-	if err == nil && herr != nil {
-		err = fmt.Errorf("kubernetes: restore checkpoint %s: %w", src.object, herr)
-	}
-	if err == nil {
-		_, err = b.copyTree(ctx, endpoint{pod: helper.Name, base: checkpointDir}, endpoint{pod: PodName(b.set.Key), base: "/"}, true)
+	uid, err := b.ensureRestored(ctx, src, native)
+	if helper != nil {
 		if err != nil {
-			err = fmt.Errorf("kubernetes: restore checkpoint %s into %s: %w", src.object, b.set.Key, err)
+			cancelHelper()
+		}
+		herr := <-helperErr
+		if herr == nil {
+			defer b.removeHelper(helper.Name)
+		}
+		if err == nil && herr != nil {
+			err = fmt.Errorf("kubernetes: restore checkpoint %s: %w", src.object, herr)
+		}
+		if err == nil {
+			_, err = b.copyTree(ctx, endpoint{pod: helper.Name, base: checkpointDir}, endpoint{pod: PodName(b.set.Key), base: "/"}, true)
+			if err != nil {
+				err = fmt.Errorf("kubernetes: restore checkpoint %s into %s: %w", src.object, b.set.Key, err)
+			}
 		}
 	}
 	if err != nil {
@@ -362,6 +399,43 @@ func (b *Backend) ensureFrom(ctx context.Context, cp *backend.Checkpoint) (types
 		return "", err
 	}
 	return uid, nil
+}
+
+// ensureRestored makes the new environment's pod, and first, when it is
+// persistent, its claim — from the checkpoint when native (claimSource),
+// else empty — bound (awaitClaim) before the pod is made.
+func (b *Backend) ensureRestored(ctx context.Context, src *restoreSource, native bool) (types.UID, error) {
+	if b.set.Persistent {
+		if native {
+			b.restoring = src
+		}
+		err := b.ensureClaim(ctx)
+		b.restoring = nil
+		if err == nil {
+			err = b.awaitClaim(ctx)
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return b.ensure(ctx)
+}
+
+// awaitClaim waits until the environment's new claim is bound, when its
+// class binds claims as soon as they are made.
+func (b *Backend) awaitClaim(ctx context.Context) error {
+	pvc, err := b.c.api.claims(b.c.namespace).Get(ctx, claimName(PodName(b.set.Key)), metav1.GetOptions{})
+	if err != nil {
+		return b.c.wrap(err, "get volume claim %s", claimName(PodName(b.set.Key)))
+	}
+	class := ""
+	if pvc.Spec.StorageClassName != nil {
+		class = *pvc.Spec.StorageClassName
+	}
+	if immediate, err := b.classBinding(ctx, class); err != nil || !immediate {
+		return err
+	}
+	return b.awaitBound(ctx, pvc.Name, class)
 }
 
 // removeFailed removes what a restore that failed made of the key.
