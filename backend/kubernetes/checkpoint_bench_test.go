@@ -88,7 +88,6 @@ func BenchmarkFork(b *testing.B) {
 	}
 }
 
-
 func median(ds []time.Duration) time.Duration {
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
