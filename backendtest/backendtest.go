@@ -11,6 +11,9 @@
 //   - Background: the process tool and the environment lifecycle.
 //   - Hardening: what a hostile or careless command must not do to the
 //     session (issue 9: wedges, escapes, shell state, forged frames).
+//   - Fork: fork, checkpoint and restore through a manager (state carried,
+//     independence both ways, a restore of a fork, bounds), or, where the
+//     backend cannot checkpoint, a clear refusal (fork.go).
 //   - Files: read_file, write_file, patch and search_files.
 //   - FileWriter, when the backend implements backend.FileWriter:
 //     byte-exact writes and clean failures.
@@ -81,6 +84,10 @@ type Options struct {
 	// Internal runs the backend's own tests inside the suite (rclone's
 	// InternalTester), as the "Internal" group.
 	Internal func(t *testing.T)
+	// CheckpointDir is a directory inside the environment whose files a
+	// checkpoint keeps (the Fork group writes its files there); "" means
+	// Scratch.
+	CheckpointDir string
 }
 
 // shellOnly names the tests about berth's own shell code and approval gate
@@ -117,6 +124,15 @@ type Suite struct {
 	// newBackend builds a backend for a fresh environment (the
 	// configuration's factory, counted).
 	newBackend func(testing.TB) backend.Backend
+	// newFrom builds one from options (Target.NewFrom, counted; nil when
+	// the configuration gives none), admin removes checkpoints
+	// (Target.Checkpoints), and name is the backend's name: the Fork
+	// group's.
+	newFrom func(testing.TB, backend.Options) backend.Backend
+	admin   backend.CheckpointAdmin
+	name    string
+	// forks is the Fork group's fixture, one per run of a group.
+	forks *forkFixture
 	// shared is the group's environment the case runs over; nil for a case
 	// that owns its environments (fresh), which s.f builds anew.
 	shared backend.Backend
@@ -164,9 +180,10 @@ func (s *Suite) run(t *testing.T, sel func(string) bool) {
 					break
 				}
 			}
+			forks := &forkFixture{gt: t}
 			for _, c := range run {
 				t.Run(c.name, func(t *testing.T) {
-					cs := &Suite{opts: s.opts, newBackend: s.newBackend, tag: newTag()}
+					cs := &Suite{opts: s.opts, newBackend: s.newBackend, newFrom: s.newFrom, admin: s.admin, name: s.name, forks: forks, tag: newTag()}
 					if !c.fresh {
 						cs.shared = shared
 					}
@@ -227,6 +244,7 @@ func suiteGroups() []struct {
 		{"Terminal", terminalTests()},
 		{"Background", backgroundTests()},
 		{"Hardening", hardeningTests()},
+		{"Fork", forkTests()},
 	}
 }
 

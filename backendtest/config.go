@@ -22,7 +22,7 @@ type Config struct {
 	// "kind"); "" is the backend's primary configuration.
 	Name string
 	// Groups lists what a secondary configuration can change: groups
-	// ("Process", "Terminal", "Background", "Hardening", "Files",
+	// ("Process", "Terminal", "Background", "Hardening", "Fork", "Files",
 	// "FileWriter", "Persistence", "Internal") or single cases
 	// ("Hardening/BackgroundKillKillsEscapedProcesses"). Only those run.
 	// The primary configuration runs everything and lists nothing.
@@ -52,6 +52,23 @@ type Target struct {
 	// calls it once per group and once per case that must own its
 	// environment, and counts the calls.
 	New func(t testing.TB) backend.Backend
+	// NewFrom, for a backend that implements backend.Checkpointer, builds
+	// a backend for a new environment as the backend's registered
+	// constructor builds one from opts, with the configuration's own
+	// settings (its image, host, namespace, berth home) added: the Fork
+	// group's manager gives opts.Key, opts.From (a checkpoint this backend
+	// made, for a fork or a restore; nil for the group's source), Home and
+	// Progress, and ignores nothing else it passes the constructor. It
+	// registers the environment's cleanup with t, as New does, and the
+	// suite counts its calls with New's. Nil: the Fork group only checks
+	// that the backend refuses to fork, clearly (its environments must then
+	// report Capabilities.Checkpoint "").
+	NewFrom func(t testing.TB, opts backend.Options) backend.Backend
+	// Checkpoints removes the checkpoints the backend keeps, as its
+	// Registration.Checkpoints does, with the configuration's settings
+	// (the options it is given are the Fork group's manager's); needed
+	// with NewFrom.
+	Checkpoints backend.CheckpointAdmin
 	Options
 }
 
@@ -60,6 +77,12 @@ type Target struct {
 // cases that must own theirs. A run that creates more fails: some case
 // has gone back to building an environment of its own.
 const MaxEnvironments = 15
+
+// MaxFromCheckpoints bounds, apart, the environments the Fork group makes
+// from checkpoints (a fork and a restore of it: what it tests, which no
+// group's environment can stand in for); its source environment counts
+// with MaxEnvironments, as every group's does.
+const MaxFromCheckpoints = 2
 
 // TierVar is the environment variable that selects the test tier: unset
 // (or "default") runs every backend's primary configuration and its
@@ -157,6 +180,22 @@ func runConfig(t *testing.T, name string, c Config) {
 		}
 		return be
 	}
+	var fromCheckpoint atomic.Int32
+	var newFrom func(testing.TB, backend.Options) backend.Backend
+	if tgt.NewFrom != nil {
+		newFrom = func(tb testing.TB, o backend.Options) backend.Backend {
+			if o.From != nil {
+				fromCheckpoint.Add(1)
+			} else {
+				created.Add(1)
+			}
+			be := tgt.NewFrom(tb, o)
+			if be.Name() != name {
+				tb.Fatalf("backendtest: %s: NewFrom built a %q backend", label, be.Name())
+			}
+			return be
+		}
+	}
 	if reopen := opts.Reopen; reopen != nil {
 		opts.Reopen = func(tb testing.TB, key string) backend.Backend {
 			keysMu.Lock()
@@ -169,10 +208,13 @@ func runConfig(t *testing.T, name string, c Config) {
 		}
 	}
 	defer func() {
-		n := created.Load()
-		t.Logf("backendtest: %s: %d environments created", label, n)
+		n, f := created.Load(), fromCheckpoint.Load()
+		t.Logf("backendtest: %s: %d environments created, and %d from checkpoints", label, n, f)
 		if n > MaxEnvironments {
 			t.Errorf("backendtest: %s: %d environments created, more than %d: a case builds an environment of its own where its group's would do (mark only those that must own one fresh)", label, n, MaxEnvironments)
+		}
+		if f > MaxFromCheckpoints {
+			t.Errorf("backendtest: %s: %d environments made from checkpoints, more than %d: the Fork group makes one fork and one restore", label, f, MaxFromCheckpoints)
 		}
 	}()
 	sel := func(n string) bool { return true }
@@ -185,7 +227,7 @@ func runConfig(t *testing.T, name string, c Config) {
 			return slices.Contains(c.Groups, group) || slices.Contains(c.Groups, n)
 		}
 	}
-	s := &Suite{opts: opts, newBackend: newBackend}
+	s := &Suite{opts: opts, newBackend: newBackend, newFrom: newFrom, admin: tgt.Checkpoints, name: name}
 	s.run(t, sel)
 }
 

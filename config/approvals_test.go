@@ -34,9 +34,9 @@ func TestApprovalsDefaults(t *testing.T) {
 		t.Errorf("Describe command_allowlist = %+v", d)
 	}
 	// The approval keys stay after every terminal key, also after the
-	// test backends declared theirs.
+	// test backends declared theirs, and before the checkpoint keys.
 	keys := Keys()
-	if keys[len(keys)-1] != "command_allowlist" || keys[len(keys)-5] != "tool_output.max_bytes" {
+	if keys[len(keys)-4] != "command_allowlist" || keys[len(keys)-8] != "tool_output.max_bytes" || keys[len(keys)-1] != "checkpoints.environment_tool" {
 		t.Errorf("Keys order: %v", keys)
 	}
 }

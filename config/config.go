@@ -59,6 +59,9 @@ type Config struct {
 	// patterns of commands that run without asking. "always" answers are
 	// added to it in the file (see Set).
 	CommandAllowlist []string
+	// Checkpoints is the checkpoints: section: bounds on the checkpoints
+	// kept of an environment, and the MCP environment tool.
+	Checkpoints Checkpoints
 
 	getenv func(string) string
 }
@@ -110,14 +113,15 @@ func ResolvePath(configFlag string, getenv func(string) string) (path string, ex
 }
 
 // Load reads the configuration: the file chosen by ResolvePath, the .env
-// file beside it, TERMINAL_* and BERTH_APPROVALS_* variables and
+// file beside it, TERMINAL_*, BERTH_APPROVALS_* and BERTH_CHECKPOINTS_*
+// variables and
 // opts.Flags, in increasing order of precedence. Every malformed value is
 // reported, each error naming the key or variable, the value and what is
 // accepted; approvals.mode, approvals.deny and command_allowlist must pass
 // the checks the approval engine registered (AddCheck). Sections of the file other than terminal:,
-// tool_output: and approvals: (and keys other than command_allowlist at
-// the top level) are ignored, so a Hermes config file works as is; unknown
-// keys inside those three sections become Warnings.
+// tool_output:, approvals: and checkpoints: (and keys other than
+// command_allowlist at the top level) are ignored, so a Hermes config
+// file works as is; unknown keys inside those sections become Warnings.
 func Load(opts LoadOptions) (*Config, error) {
 	getenv := opts.Getenv
 	if getenv == nil {
@@ -222,6 +226,7 @@ func newConfig(home string, keys []*keyInfo) *Config {
 		Sources:          make(map[string]string, len(keys)),
 		Approvals:        defaultApprovals(),
 		CommandAllowlist: []string{},
+		Checkpoints:      defaultCheckpoints(),
 	}
 	for _, k := range keys {
 		c.Sources[k.full()] = "default"
@@ -245,8 +250,9 @@ func Default() *Config {
 	return newConfig(home, allKeys())
 }
 
-// applyFile merges the terminal:, tool_output: and approvals: sections and
-// the top-level command_allowlist of the YAML text data into c.
+// applyFile merges the terminal:, tool_output:, approvals: and checkpoints:
+// sections and the top-level command_allowlist of the YAML text data into
+// c.
 func (c *Config) applyFile(data []byte, keys []*keyInfo) []error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -270,7 +276,7 @@ func (c *Config) applyFile(data []byte, keys []*keyInfo) []error {
 			errs = append(errs, c.applyValue(k, vn)...)
 		}
 	}
-	for _, section := range []string{"terminal", "tool_output", "approvals"} {
+	for _, section := range []string{"terminal", "tool_output", "approvals", "checkpoints"} {
 		_, sec := lookupNode(root, section)
 		sec = deref(sec)
 		if isNull(sec) {

@@ -144,6 +144,10 @@ approvals:
   deny: ["git push --force*"]
 command_allowlist:
   - rule:git-reset-hard
+checkpoints:
+  max_per_environment: 3
+  max_total_mb: 100
+  environment_tool: true
 `)
 	c := mustLoad(t, LoadOptions{Getenv: envOf(env)})
 	want := Terminal{
@@ -172,6 +176,9 @@ command_allowlist:
 	}
 	if diff := cmp.Diff([]string{"rule:git-reset-hard"}, c.CommandAllowlist); diff != "" {
 		t.Errorf("CommandAllowlist (-want +got):\n%s", diff)
+	}
+	if want := (Checkpoints{MaxPerEnvironment: 3, MaxTotalMB: 100, EnvironmentTool: true}); c.Checkpoints != want {
+		t.Errorf("Checkpoints = %+v, want %+v", c.Checkpoints, want)
 	}
 	for _, k := range Keys() {
 		if c.Sources[k] != "file" {

@@ -288,7 +288,8 @@ func sharedKeys() []*keyInfo {
 			"for the head and tail of the output next to the truncation notice", maxBytesKey, MinMaxOutputChars),
 		check: intMin(MinMaxOutputChars),
 	})
-	return append(out, approvalKeys()...)
+	out = append(out, approvalKeys()...)
+	return append(out, checkpointKeys()...)
 }
 
 // Keys returns every key accepted by Get and Set, as dotted names: the

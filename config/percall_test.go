@@ -4,14 +4,17 @@ import "testing"
 
 // TestPerCall: the keys that do not make an environment are the ones read
 // on every call (or by the daemon itself), the approval keys a long-lived
-// berth re-reads on every call, and declared keys marked PerCall; every
+// berth re-reads on every call, the checkpoint keys (read when a
+// checkpoint is made or a server starts), and declared keys marked
+// PerCall; every
 // other key, approvals.timeout included, makes one.
 func TestPerCall(t *testing.T) {
 	perCall := map[string]bool{
 		"terminal.timeout": true, "terminal.on_timeout": true, "terminal.max_foreground_timeout": true,
 		"terminal.lifetime_seconds": true, "terminal.daemon": true,
 		"approvals.mode": true, "approvals.deny": true, "command_allowlist": true,
-		"terminal.fake_ratio": true,
+		"terminal.fake_ratio":             true,
+		"checkpoints.max_per_environment": true, "checkpoints.max_total_mb": true, "checkpoints.environment_tool": true,
 	}
 	for _, k := range Keys() {
 		if got := PerCall(k); got != perCall[k] {

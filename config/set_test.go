@@ -351,6 +351,9 @@ func TestSetRoundTrip(t *testing.T) {
 		"approvals.timeout":                  "5",
 		"approvals.deny":                     `["rule:sql-destructive", "curl * | sh"]`,
 		"command_allowlist":                  `["git push --force origin main", "write_file */.env"]`,
+		"checkpoints.max_per_environment":    "2",
+		"checkpoints.max_total_mb":           "64",
+		"checkpoints.environment_tool":       "true",
 	}
 	if len(values) != len(Keys()) {
 		t.Fatalf("test covers %d keys of %d", len(values), len(Keys()))

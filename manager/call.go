@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/a55dbaac/berth/approval"
+	"github.com/a55dbaac/berth/config"
 	"github.com/a55dbaac/berth/process"
 	"github.com/a55dbaac/berth/terminal"
 )
@@ -24,6 +25,10 @@ type Call struct {
 	// Detach, when closed while a foreground command runs, moves it to the
 	// background (an MCP cancel asking for it); nil means never.
 	Detach <-chan struct{}
+	// Bounds, when set, are the bounds a Checkpoint passes instead of
+	// the manager's configuration's (a daemon's caller's checkpoints:
+	// section, read on every call).
+	Bounds *config.Checkpoints
 }
 
 // A CallOption sets part of a Call, for Run, Terminal, Background,
@@ -40,6 +45,13 @@ func WithAsker(a approval.Asker) CallOption {
 // ch is closed.
 func WithDetach(ch <-chan struct{}) CallOption {
 	return func(c *Call) { c.Detach = ch }
+}
+
+// WithCheckpointBounds has Checkpoint hold the call to b (the caller's
+// checkpoints.max_per_environment and max_total_mb) instead of the
+// bounds of the manager's configuration.
+func WithCheckpointBounds(b config.Checkpoints) CallOption {
+	return func(c *Call) { c.Bounds = &b }
 }
 
 // callOf builds the Call of opts.

@@ -44,6 +44,8 @@ type Manager struct {
 	input   inputLines    // unfinished lines of input to processes, for the gate
 	// progress hears about backends' long set-up steps; nil: nobody.
 	progress func(backend.Event)
+	// forks is what Fork, Checkpoint and Restore keep (fork.go).
+	forks forkState
 
 	mu      sync.Mutex
 	envs    map[string]*entry
@@ -250,14 +252,15 @@ func (m *Manager) build(ctx context.Context, key string, e *entry) {
 			m.mu.Unlock()
 		}
 	}()
-	e.env, e.err = m.create(ctx, key)
+	e.env, e.err = m.create(ctx, key, nil)
 	returned = true
 }
 
-// create builds a backend and its environment for key. A panic in a
+// create builds a backend and its environment for key, from the
+// checkpoint from when it is not nil (a fork, a restore). A panic in a
 // backend's constructor becomes this key's error, so callers waiting on the
 // entry are answered instead of hanging.
-func (m *Manager) create(ctx context.Context, key string) (env *terminal.Environment, err error) {
+func (m *Manager) create(ctx context.Context, key string, from *backend.Checkpoint) (env *terminal.Environment, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			env, err = nil, fmt.Errorf("environment %q: backend constructor panicked: %v", key, p)
@@ -266,7 +269,7 @@ func (m *Manager) create(ctx context.Context, key string) (env *terminal.Environ
 	}()
 	t := m.cfg.Terminal
 	var be backend.Backend
-	opts := backend.Options{Key: key, Config: t, Home: m.cfg.Home, ConfigFile: m.cfg.Path, Logger: m.log, Getenv: m.cfg.Getenv, Progress: m.progress}
+	opts := backend.Options{Key: key, Config: t, Home: m.cfg.Home, ConfigFile: m.cfg.Path, Logger: m.log, Getenv: m.cfg.Getenv, Progress: m.progress, From: from}
 	if m.factory != nil {
 		be, err = m.factory(ctx, opts)
 	} else {

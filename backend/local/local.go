@@ -38,6 +38,8 @@ func init() {
 		Description: "this machine, in a process group with credentials stripped from the environment; optionally confined by the kernel (local_sandbox)",
 		HostFS:      true,
 		Keys:        configKeys,
+		Envs:        envAdmin{},
+		Checkpoints: checkpointAdmin{},
 		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
 			return New(opts)
 		},
@@ -50,24 +52,40 @@ type Local struct {
 	dir    string
 	env    []string
 	sb     *sandbox // nil: not confined
+	fork   fork     // checkpoints (checkpoint.go)
 	closed atomic.Bool
 }
 
 // New returns a local backend. The working directory is Config.Cwd ("" or
 // "." meaning berth's own working directory); a directory that no longer
 // exists falls back to its nearest existing parent when a process starts.
+// In workspace mode, an environment made from a checkpoint (Options.From)
+// works in a fresh copy of it in berth's home instead, and so does a later
+// environment of the same key (checkpoint.go).
 func New(opts backend.Options) (*Local, error) {
 	abs, err := workDir(opts)
 	if err != nil {
 		return nil, err
 	}
-	l := &Local{dir: abs, env: FilterEnv(os.Environ(), opts.Config.EnvPassthrough)}
+	l := &Local{dir: abs, env: FilterEnv(os.Environ(), opts.Config.EnvPassthrough),
+		fork: fork{key: opts.Key, home: opts.Home, progress: opts.Progress}}
+	ws, made, err := workspaceFor(context.Background(), opts, &l.fork)
+	if err != nil {
+		return nil, err
+	}
+	if ws != "" {
+		l.dir, abs = ws, ws
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	sb, err := newSandbox(abs, opts, log)
 	if err != nil {
+		if made {
+			os.RemoveAll(ws)
+		}
+		l.releaseLock()
 		return nil, err
 	}
 	if sb != nil {
@@ -111,10 +129,22 @@ func (l *Local) Dir() string { return l.dir }
 // Close implements backend.Backend. The local machine has nothing to tear
 // down; later Starts are refused, as on every backend.
 func (l *Local) Close(ctx context.Context) error {
-	if !l.closed.Swap(true) && l.sb != nil {
-		l.sb.close()
+	if !l.closed.Swap(true) {
+		if l.sb != nil {
+			l.sb.close()
+		}
+		l.releaseLock()
 	}
 	return nil
+}
+
+// releaseLock lets go of the fork workspace's lock, if the environment
+// holds one.
+func (l *Local) releaseLock() {
+	if l.fork.lock != nil {
+		l.fork.lock.Close()
+		l.fork.lock = nil
+	}
 }
 
 // ErrClosed is returned by Start after Close.
@@ -172,9 +202,12 @@ func (l *Local) Start(ctx context.Context, spec backend.ProcSpec) (backend.Proce
 // socket), with what the kernel enforces in Confinement.
 func (l *Local) Capabilities() backend.Capabilities {
 	if l.sb == nil {
-		return backend.Capabilities{NativeFS: true}
+		return backend.Capabilities{NativeFS: true, NoCheckpoint: noCheckpointUnconfined}
 	}
-	c := backend.Capabilities{Confinement: l.sb.conf}
+	c := backend.Capabilities{Confinement: l.sb.conf, Checkpoint: checkpointHow}
+	if why := l.whyNoCheckpoint(); why != "" {
+		c.Checkpoint, c.NoCheckpoint = "", why
+	}
 	c.Confinement.Writable = slices.Clone(c.Confinement.Writable)
 	if l.sb.isolated {
 		c.Isolation = backend.IsolationWorkspace

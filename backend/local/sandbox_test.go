@@ -513,13 +513,26 @@ func TestConformanceWorkspace(t *testing.T) {
 	requireConfinement(t)
 	backendtest.Run(t, "local", backendtest.Config{
 		Name:       "workspace",
-		Groups:     []string{"Process", "Terminal", "Background", "Hardening", "Files"},
+		Groups:     []string{"Process", "Terminal", "Background", "Hardening", "Fork", "Files"},
 		ShellTests: true,
 		Setup: func(t *testing.T) backendtest.Target {
 			ws := t.TempDir()
 			home, _ := os.UserHomeDir()
 			cfg := sandboxConfig(t, ws, map[string]any{"local_sandbox_writable": []string{"/tmp", home}})
+			// The Fork group's berth home, where the copies live: outside
+			// the writable trees (/tmp and $HOME here), as it must be.
+			forkHome := forkHomeDir(t)
+			reg, _ := backend.Lookup("local")
 			return backendtest.Target{
+				NewFrom: func(t testing.TB, opts backend.Options) backend.Backend {
+					be, err := local.New(backend.Options{Config: cfg.Terminal, Home: forkHome, Key: opts.Key, From: opts.From, Progress: opts.Progress})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { be.Close(context.Background()) })
+					return be
+				},
+				Checkpoints: homeAdmin{reg.Checkpoints, forkHome},
 				New: func(t testing.TB) backend.Backend {
 					// berth's home where no writable tree reaches: the
 					// default, ~/.berth, would lie in the listed $HOME, to
@@ -539,6 +552,29 @@ func TestConformanceWorkspace(t *testing.T) {
 			}
 		},
 	})
+}
+
+// forkHomeDir is a berth home for checkpoints outside /tmp and $HOME
+// (the workspace configuration's writable trees), removed with t.
+func forkHomeDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "berth-fork-home-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// homeAdmin is a CheckpointAdmin with berth's home set to its own.
+type homeAdmin struct {
+	backend.CheckpointAdmin
+	home string
+}
+
+func (a homeAdmin) Remove(ctx context.Context, opts backend.Options, cp backend.Checkpoint) error {
+	opts.Home = a.home
+	return a.CheckpointAdmin.Remove(ctx, opts, cp)
 }
 
 func TestDoctorShowsConfinement(t *testing.T) {

@@ -45,6 +45,8 @@ that names the key or variable, the value and what is accepted.
 		switch {
 		case len(d.Backends) > 0:
 			s = "Backend keys: " + strings.Join(d.Backends, ", ")
+		case strings.HasPrefix(d.Key, "checkpoints."):
+			s = "Checkpoints (fork, checkpoint, restore: [fork](fork.md))"
 		case !strings.HasPrefix(d.Key, "terminal."):
 			s = "Output and approvals"
 		}
