@@ -327,3 +327,23 @@ func testCheckpointEnvAdmin(t *testing.T, f *fixture) {
 		t.Errorf("restore after env rm: %d %s", code, out)
 	}
 }
+
+// factoryFrom is the Fork group's factory (backendtest.Target.NewFrom):
+// throwaway pods of the fixture, with what the group's manager gives (the
+// key, the checkpoint to start from, berth's home).
+func (f *fixture) factoryFrom() func(testing.TB, backend.Options) backend.Backend {
+	return func(t testing.TB, o backend.Options) backend.Backend {
+		t.Helper()
+		opts := f.options(t, nil)
+		opts.Key, opts.From, opts.Home, opts.Progress = o.Key, o.From, o.Home, o.Progress
+		return newBackend(t, opts)
+	}
+}
+
+// fixtureCheckpoints removes checkpoints as Registration.Checkpoints does,
+// with the fixture's cluster and namespace (opts).
+type fixtureCheckpoints struct{ opts backend.Options }
+
+func (c fixtureCheckpoints) Remove(ctx context.Context, _ backend.Options, cp backend.Checkpoint) error {
+	return checkpointAdmin{}.Remove(ctx, c.opts, cp)
+}
