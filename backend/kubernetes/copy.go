@@ -146,7 +146,12 @@ func (b *Backend) copyTree(ctx context.Context, from, to endpoint, wipe bool) (i
 	}
 	src := <-srcDone
 	pr.Close()
-	if src.err != nil {
+	// The cause, whichever side ended first: the source's failure (the
+	// destination then fails for want of the rest of the archive), unless
+	// the source only ended because the destination failed and this
+	// function cancelled it.
+	cancelledByDst := derr != nil && errors.Is(src.err, context.Canceled) && ctx.Err() == nil
+	if src.err != nil && !cancelledByDst {
 		return n.Load(), src.err
 	}
 	if derr != nil {
@@ -293,6 +298,9 @@ func (b *Backend) execScript(ctx context.Context, pod, script string, args []str
 	}
 	rest, code, ok := exitLine(errBuf.String())
 	if !ok {
+		if ctx.Err() != nil {
+			return -1, rest, ctx.Err()
+		}
 		if err != nil {
 			return -1, rest, fmt.Errorf("the copy in pod %s was killed (%v): %s", pod, err, strings.TrimSpace(rest))
 		}
