@@ -2,13 +2,22 @@ package kubernetes
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/config"
@@ -39,6 +48,8 @@ func TestCheckpoint(t *testing.T) {
 		{"RestoreReplacesTheKey", testRestoreReplacesKey},
 		{"RemoveLeavesNothing", testCheckpointRemove},
 		{"Empty", testCheckpointEmpty},
+		{"CopyWipesOnRestore", testCopyWipes},
+		{"CopyWithoutSPDY", testCopyWithoutSPDY},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -346,4 +357,88 @@ type fixtureCheckpoints struct{ opts backend.Options }
 
 func (c fixtureCheckpoints) Remove(ctx context.Context, _ backend.Options, cp backend.Checkpoint) error {
 	return checkpointAdmin{}.Remove(ctx, c.opts, cp)
+}
+
+// A restore empties the new pod's /root and /workspace before it extracts
+// the checkpoint's (an image's files in /root that the source had
+// deleted must not come back); a checkpoint's copy into its fresh claim
+// does not need to.
+func testCopyWipes(t *testing.T, f *fixture) {
+	from, into := newBackend(t, f.options(t, nil)), newBackend(t, f.options(t, nil))
+	run(t, from, "echo a > /workspace/a; echo ra > /root/ra")
+	for _, wipe := range []bool{false, true} {
+		run(t, into, "echo b > /workspace/b; echo rb > /root/.rb")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		_, err := into.copyTree(ctx, endpoint{pod: from.PodName(), base: "/"}, endpoint{pod: into.PodName(), base: "/"}, wipe)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "/root:\n.rb\nra\n\n/workspace:\na\nb\n"
+		if wipe {
+			want = "/root:\nra\n\n/workspace:\na\n"
+		}
+		if out, _ := run(t, into, "ls -A /root /workspace"); out != want {
+			t.Errorf("after a copy with wipe %v: %q, want %q", wipe, out, want)
+		}
+	}
+}
+
+// Where SPDY cannot be had (a proxy in front of the API server that
+// refuses its upgrade, as some do), a copy that tried SPDY first goes over
+// WebSocket: a checkpoint and a restore through such a proxy carry the
+// files.
+func testCopyWithoutSPDY(t *testing.T, f *fixture) {
+	admin := rest.CopyConfig(f.cl.Config)
+	admin.NextProtos = []string{"http/1.1"} // an upgrade cannot go through HTTP/2
+	tr, err := rest.TransportFor(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := url.Parse(admin.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int32
+	proxy := &httputil.ReverseProxy{Transport: tr, Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Host = target.Host
+	}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(strings.ToLower(r.Header.Get("Upgrade")), "spdy/") {
+			refused.Add(1)
+			http.Error(w, "this proxy does not pass SPDY", http.StatusBadRequest)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: p, cluster: {server: %q}}]\n"+
+		"users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: p, user: u}}]\ncurrent-context: c\n", srv.URL)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	viaProxy := func(opts backend.Options) backend.Options {
+		opts.Getenv = func(k string) string {
+			if k == "KUBECONFIG" {
+				return kc
+			}
+			return ""
+		}
+		return opts
+	}
+	src := newBackend(t, viaProxy(f.options(t, nil)))
+	run(t, src, "echo through > /workspace/f")
+	cp, err := src.Checkpoint(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { checkpointAdmin{}.Remove(context.Background(), f.options(t, nil), cp) })
+	fork := newBackend(t, viaProxy(from(f.options(t, nil), cp)))
+	if out, _ := run(t, fork, "cat /workspace/f"); out != "through\n" {
+		t.Errorf("fork through the proxy: %q", out)
+	}
+	if refused.Load() == 0 {
+		t.Error("no SPDY upgrade reached the proxy: the copies did not try SPDY first")
+	}
 }

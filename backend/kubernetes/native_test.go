@@ -41,6 +41,7 @@ type fakeStorage struct {
 	csi         bool // a CSIDriver object for driver
 	refuseClone bool // the driver refuses dataSource PersistentVolumeClaim
 	binding     storagev1.VolumeBindingMode
+	noDefault   bool // the class is not the cluster's default
 
 	mu     sync.Mutex
 	objs   map[string]runtime.Object // "pods/name", "persistentvolumeclaims/name"
@@ -112,7 +113,7 @@ func (f *fakeStorage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case res == "storageclasses":
 		sc := storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "csi-fast",
-			Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+			Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": fmt.Sprint(!f.noDefault)}},
 			Provisioner: f.driver, VolumeBindingMode: &f.binding}
 		if name == "" {
 			f.write(w, &storagev1.StorageClassList{Items: []storagev1.StorageClass{sc}}, storagev1.SchemeGroupVersion)
@@ -622,4 +623,89 @@ func TestCheckpointNative(t *testing.T) {
 			t.Error("the failed restore's helper pod was not removed")
 		}
 	})
+	// A restore into the key the checkpoint was taken of replaces its
+	// claim: the old one is deleted, and gone, before the new one is made
+	// from the snapshot (a claim's dataSource applies only when it is
+	// made).
+	t.Run("RestoreIntoItsOwnKey", func(t *testing.T) {
+		f := newFakeStorage()
+		f.snapshots, f.csi = true, true
+		opts := f.start(t)
+		src := newFakeSource(t, f, opts)
+		cp, err := src.Checkpoint(context.Background(), "snap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.From = &cp
+		if _, err := New(context.Background(), opts); err != nil {
+			t.Fatal(err)
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		own := claimName(PodName("src"))
+		deleted, recreated := -1, -1
+		for i, w := range f.writes {
+			switch {
+			case w.Method == http.MethodDelete && w.Resource == "persistentvolumeclaims" && w.Name == own:
+				deleted = i
+			case w.Method == http.MethodPost && w.Resource == "persistentvolumeclaims" && str(w.Body, "metadata", "name") == own && deleted >= 0:
+				recreated = i
+				if str(w.Body, "spec", "dataSource", "name") != cp.ID {
+					t.Errorf("the key's new claim: %v, want it made from %s", w.Body, cp.ID)
+				}
+			}
+		}
+		if deleted < 0 || recreated < deleted {
+			t.Errorf("the key's claim deleted at request %d, made again at %d: want it replaced", deleted, recreated)
+		}
+	})
+
+	// A throwaway environment's checkpoint where the cluster has no
+	// default storage class (and none is set) fails at once, saying what
+	// to set, and makes nothing.
+	t.Run("NoDefaultClass", func(t *testing.T) {
+		f := newFakeStorage()
+		f.noDefault = true
+		opts := f.start(t)
+		opts.Config.ContainerPersistent = false
+		mustSet(&opts.Config, keyStorageClass, "")
+		src, err := New(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = src.Checkpoint(context.Background(), "x")
+		if err == nil || !strings.Contains(err.Error(), "no default storage class") || !strings.Contains(err.Error(), keyStorageClass) {
+			t.Errorf("checkpoint without a default class: %v", err)
+		}
+		if n := len(f.created("persistentvolumeclaims")); n != 0 {
+			t.Errorf("%d claims made", n)
+		}
+	})
+}
+
+// The exit line of the copy scripts, and GNU tar's status for files that
+// changed while read: whole, so the copy goes on; any other message or
+// status fails it.
+func TestCopyScriptStatus(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		rest string
+		code int
+		ok   bool
+	}{
+		{"berth-exit 0\n", "", 0, true},
+		{"tar: x: Cannot open\nberth-exit 2\n", "tar: x: Cannot open", 2, true},
+		{"tar: x: Cannot open\n", "tar: x: Cannot open\n", -1, false},
+		{"berth-exit x\n", "berth-exit x\n", -1, false},
+		{"", "", -1, false},
+	} {
+		rest, code, ok := exitLine(c.in)
+		if rest != c.rest || code != c.code || ok != c.ok {
+			t.Errorf("exitLine(%q) = %q %d %v, want %q %d %v", c.in, rest, code, ok, c.rest, c.code, c.ok)
+		}
+	}
+	changed := "tar: workspace/log: file changed as we read it"
+	if !changedWhileRead(1, changed) || changedWhileRead(2, changed) || changedWhileRead(1, changed+"\ntar: y: Cannot open: Permission denied") {
+		t.Error("changedWhileRead")
+	}
 }
