@@ -444,8 +444,9 @@ func testCopyWithoutSPDY(t *testing.T, f *fixture) {
 }
 
 // staleMark is the mark of a berth that died and whose pid now belongs to
-// this process, started later: dead to procmark.Gone. (deadOwner's child
-// can be reaped before its mark is read while other tests run.)
+// this process, started later: dead to procmark.Gone. (deadOwner, which
+// marks a child that exited, once read no mark at all while this test ran
+// in parallel with the others; this one reads only this process.)
 func staleMark(t *testing.T) string {
 	parts := strings.Split(procmark.Self(), "/")
 	if len(parts) != 4 {
