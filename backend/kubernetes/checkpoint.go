@@ -365,34 +365,51 @@ func (b *Backend) ensureFrom(ctx context.Context, cp *backend.Checkpoint) (types
 		return "", err
 	}
 	native := b.set.Persistent && src.native(b.set.StorageClass)
-	// A copy: the helper that mounts the checkpoint starts while the
-	// environment does.
-	hctx, cancelHelper := context.WithCancel(ctx)
-	defer cancelHelper()
-	var helper *corev1.Pod
-	helperErr := make(chan error, 1)
-	if !native {
-		helper = b.helperObject(src.object+"-r-"+newNonce()[:6], src.object, cp.Name, src.volume(), true)
-		go func() { helperErr <- b.startHelper(hctx, helper) }()
-	}
-	uid, err := b.ensureRestored(ctx, src, native)
-	if helper != nil {
+	if native {
+		uid, err := b.ensureRestored(ctx, src, true)
 		if err != nil {
-			cancelHelper()
+			b.removeFailed()
 		}
-		herr := <-helperErr
-		if herr == nil {
-			defer b.removeHelper(helper.Name)
-		}
-		if err == nil && herr != nil {
+		return uid, err
+	}
+	// A copy: a helper that mounts the checkpoint starts while the
+	// environment's pod does, and the files are copied as soon as both
+	// containers have started, while the pod's status catches up.
+	cctx, cancelCopy := context.WithCancel(ctx)
+	defer cancelCopy()
+	helper := b.helperObject(src.object+"-r-"+newNonce()[:6], src.object, cp.Name, src.volume(), true)
+	defer b.removeHelper(helper.Name)
+	type copied struct {
+		uid types.UID
+		err error
+	}
+	copyDone := make(chan copied, 1)
+	go func() {
+		helperErr := make(chan error, 1)
+		go func() { helperErr <- b.startHelper(cctx, helper) }()
+		podUID, err := b.waitStarted(cctx, PodName(b.set.Key), "")
+		if herr := <-helperErr; err == nil && herr != nil {
 			err = fmt.Errorf("kubernetes: restore checkpoint %s: %w", src.object, herr)
 		}
 		if err == nil {
-			_, err = b.copyTree(ctx, endpoint{pod: helper.Name, base: checkpointDir}, endpoint{pod: PodName(b.set.Key), base: "/"}, true)
+			_, err = b.copyTree(cctx, endpoint{pod: helper.Name, base: checkpointDir}, endpoint{pod: PodName(b.set.Key), base: "/"}, true)
 			if err != nil {
 				err = fmt.Errorf("kubernetes: restore checkpoint %s into %s: %w", src.object, b.set.Key, err)
 			}
 		}
+		copyDone <- copied{podUID, err}
+	}()
+	uid, err := b.ensureRestored(ctx, src, false)
+	if err != nil {
+		cancelCopy()
+	}
+	c := <-copyDone
+	switch {
+	case err != nil:
+	case c.err != nil:
+		err = c.err
+	case c.uid != uid:
+		err = fmt.Errorf("kubernetes: restore checkpoint %s: pod %s was replaced while the files were copied into it", src.object, PodName(b.set.Key))
 	}
 	if err != nil {
 		b.removeFailed()

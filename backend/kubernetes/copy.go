@@ -16,6 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 )
@@ -370,8 +372,9 @@ func (b *Backend) helperObject(name, object, ckName string, vol corev1.VolumeSou
 	return p
 }
 
-// startHelper creates a helper pod and waits until its container runs
-// (terminal.kubernetes_start_timeout at most). On failure nothing is left.
+// startHelper creates a helper pod and waits until its container has
+// started (waitStarted; terminal.kubernetes_start_timeout at most). On
+// failure nothing is left.
 func (b *Backend) startHelper(ctx context.Context, pod *corev1.Pod) error {
 	ctx, cancel := context.WithTimeout(ctx, b.set.StartTimeout)
 	defer cancel()
@@ -379,7 +382,7 @@ func (b *Backend) startHelper(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return b.c.wrap(err, "create helper pod %s", pod.Name)
 	}
-	if _, err := b.waitReady(ctx, created); err != nil {
+	if _, err := b.waitStarted(ctx, created.Name, created.UID); err != nil {
 		b.discard(created)
 		if errors.Is(err, errPodGone) {
 			return fmt.Errorf("kubernetes: helper pod %s went away while starting", pod.Name)
@@ -387,6 +390,56 @@ func (b *Backend) startHelper(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	return nil
+}
+
+// waitStarted waits until the container of the pod name (of uid, when
+// known; else the first pod of that name that appears) has started, and
+// returns the pod's UID: the kubelet's "Started" event for it, or the
+// pod's status saying it runs, whichever comes first. The status follows
+// the event by up to the kubelet's relist period (a second): 0.14 to 0.87 s
+// on the test cluster. An exec works from the event on. A pod that will
+// not start is reported as waitReady reports it (podReady, notReady).
+func (b *Backend) waitStarted(ctx context.Context, name string, uid types.UID) (types.UID, error) {
+	pods := b.c.api.pods(b.c.namespace)
+	var last *corev1.Pod
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			if uid != "" {
+				return "", errPodGone
+			}
+		case err != nil:
+			if ctx.Err() == nil {
+				return "", b.c.wrap(err, "get pod %s", name)
+			}
+		case uid != "" && p.UID != uid:
+			return "", errPodGone
+		default:
+			last = p
+			if done, err := b.podReady(p); err != nil || done {
+				return p.UID, err
+			}
+			evs, err := b.events(b.c.namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
+				fields.OneTermEqualSelector("involvedObject.uid", string(p.UID)),
+				fields.OneTermEqualSelector("reason", "Started")).String()})
+			if err == nil {
+				for _, ev := range evs.Items {
+					if strings.Contains(ev.InvolvedObject.FieldPath, "{"+containerName+"}") {
+						return p.UID, nil
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if last == nil {
+				return "", fmt.Errorf("kubernetes: pod %s was not made: %w", name, ctx.Err())
+			}
+			return "", b.notReady(last, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
 }
 
 // removeHelper deletes a helper pod without waiting for it to go.
