@@ -608,13 +608,11 @@ func checkpointGone(c *cluster, cp *backend.Checkpoint, err error) error {
 // checkpointAdmin removes checkpoints (Registration.Checkpoints).
 type checkpointAdmin struct{}
 
-// removeWait bounds how long Remove waits for a claim to go (the
-// pvc-protection finalizer lets it once no helper pod uses it).
-const removeWait = 30 * time.Second
-
 // Remove deletes the checkpoint's claim or snapshot and any helper pod
-// still copying from it, and waits (removeWait at most) until the claim is
-// gone. One already gone is not an error.
+// still copying from it. It does not wait for them to go: a claim goes
+// once no pod uses it (the pvc-protection finalizer), seconds after its
+// helper pod, and a fork (which removes its transient checkpoint) need not
+// wait for that. One already gone is not an error.
 func (checkpointAdmin) Remove(ctx context.Context, opts backend.Options, cp backend.Checkpoint) error {
 	if cp.Backend != "" && cp.Backend != Name {
 		return fmt.Errorf("kubernetes: checkpoint %q was made by backend %q, not %s", cp.Name, cp.Backend, Name)
@@ -643,30 +641,7 @@ func (checkpointAdmin) Remove(ctx context.Context, opts backend.Options, cp back
 			return c.wrap(err, "delete helper pod %s", p.Name)
 		}
 	}
-	method := cp.Meta[metaMethod]
-	if err := deleteCheckpointObject(ctx, c, method, cp.ID); err != nil {
-		return err
-	}
-	if method == methodSnapshot {
-		return nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, removeWait)
-	defer cancel()
-	for delay := 50 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
-		_, err := c.api.claims(c.namespace).Get(wctx, cp.ID, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil && wctx.Err() == nil {
-			return c.wrap(err, "wait for checkpoint %s to go", cp.ID)
-		}
-		select {
-		case <-wctx.Done():
-			opts.Log().Warn("kubernetes: the checkpoint's volume claim is still being deleted", "claim", cp.ID)
-			return nil
-		case <-time.After(delay):
-		}
-	}
+	return deleteCheckpointObject(ctx, c, cp.Meta[metaMethod], cp.ID)
 }
 
 // sweepCheckpoints removes what berths that died left of checkpoints: the

@@ -214,12 +214,23 @@ func testCheckpointRemove(t *testing.T, f *fixture) {
 	if err := admin.Remove(ctx, opts, cp); err != nil {
 		t.Fatal(err)
 	}
+	// Deleted at once; gone once nothing uses it (the pvc-protection
+	// finalizer), within seconds.
 	sel := metav1.ListOptions{LabelSelector: LabelCheckpoint + "=" + cp.ID}
-	if l, err := f.cl.Client.CoreV1().PersistentVolumeClaims(f.ns).List(ctx, sel); err != nil || len(l.Items) != 0 {
-		t.Errorf("claims of the checkpoint after Remove: %v %v", l, err)
-	}
-	if l, err := f.cl.Client.CoreV1().Pods(f.ns).List(ctx, sel); err != nil || len(l.Items) != 0 {
-		t.Errorf("helper pods of the checkpoint after Remove: %v %v", l, err)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		claims, err := f.cl.Client.CoreV1().PersistentVolumeClaims(f.ns).List(ctx, sel)
+		pods, perr := f.cl.Client.CoreV1().Pods(f.ns).List(ctx, sel)
+		if err == nil && perr == nil && len(claims.Items) == 0 && len(pods.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after Remove: claims %v (%v), helper pods %v (%v)", claims, err, pods, perr)
+		}
+		for _, c := range claimItems(claims, err) {
+			if c.DeletionTimestamp == nil {
+				t.Fatalf("claim %s of the removed checkpoint is not being deleted", c.Name)
+			}
+		}
 	}
 	if err := admin.Remove(ctx, opts, cp); err != nil {
 		t.Errorf("second Remove: %v", err)
@@ -357,6 +368,14 @@ type fixtureCheckpoints struct{ opts backend.Options }
 
 func (c fixtureCheckpoints) Remove(ctx context.Context, _ backend.Options, cp backend.Checkpoint) error {
 	return checkpointAdmin{}.Remove(ctx, c.opts, cp)
+}
+
+// claimItems is the claims of a list that was read (none when err).
+func claimItems(l *corev1.PersistentVolumeClaimList, err error) []corev1.PersistentVolumeClaim {
+	if err != nil || l == nil {
+		return nil
+	}
+	return l.Items
 }
 
 // A restore empties the new pod's /root and /workspace before it extracts
