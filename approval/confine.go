@@ -24,6 +24,12 @@ import (
 //     writable tree itself (the workspace root), everything in it, or a
 //     directory above one still asks: that takes all the user gave the
 //     agent to work on;
+//   - a finding whose every target lies in a path the kernel keeps
+//     read-only inside the writable trees (Context.Protected: berth's home
+//     and configuration, a repository's .git/hooks and .git/config): the
+//     kernel refuses the write. The same write where the kernel does not
+//     keep the path read-only (berth not able to have a mount namespace)
+//     still asks: write-berth-config, write-git-hooks, write-git-config;
 //   - kill -9 -1 (kill-all), pkill -9 (kill-9-by-name) and signals to
 //     berth's own processes (kill-berth) when the kernel confines signals:
 //     they reach the environment's own processes only.
@@ -73,6 +79,9 @@ func confinedFindings(c Context, fs []Finding) []Finding {
 		if c.SignalsConfined && (f.Rule.ID == "kill-all" || f.Rule.ID == "kill-9-by-name" || f.Rule.ID == "kill-berth") {
 			continue
 		}
+		if f.Located && len(f.Targets) > 0 && allProtected(c, f.Targets) {
+			continue // the kernel keeps them read-only
+		}
 		if f.Located && len(f.Targets) > 0 {
 			all := map[place]bool{}
 			for _, t := range f.Targets {
@@ -88,6 +97,37 @@ func confinedFindings(c Context, fs []Finding) []Finding {
 		out = append(out, f)
 	}
 	return out
+}
+
+// allProtected reports whether every target (absolute, without globs)
+// lies in one of the paths the kernel keeps read-only, as spelled or as
+// its links resolve.
+func allProtected(c Context, targets []string) bool {
+	if len(c.Protected) == 0 {
+		return false
+	}
+	in := func(p string) bool {
+		for _, r := range c.Protected {
+			if r = path.Clean(r); p == r || strings.HasPrefix(p, r+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, t := range targets {
+		if scan.HasGlob(t) || !path.IsAbs(t) {
+			return false
+		}
+		t = path.Clean(t)
+		if in(t) {
+			continue
+		}
+		if c.Resolve != nil && in(path.Clean(c.Resolve(t))) {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 // placeOf says where p (absolute, possibly a glob) lies.

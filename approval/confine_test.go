@@ -59,6 +59,28 @@ func TestConfinement(t *testing.T) {
 		{`berth config set approvals.mode off`, ask, "write-berth-config"},
 		{`echo 'approvals: {mode: off}' > ~/.berth/config.yaml`, ask, "write-berth-config"},
 	})
+	// berth's configuration and a repository's hooks and config inside a
+	// writable tree that the kernel keeps read-only (a mount namespace):
+	// the write fails however it is spelled, so nothing to ask. Where the
+	// kernel cannot keep them read-only (Protected empty) they ask, as
+	// above. Other files of the repository are the agent's to change.
+	prot := in
+	prot.Protected = []string{"/home/dev/.berth", "/home/dev/proj/.git/hooks", "/home/dev/proj/.git/config"}
+	checkAll(t, p, prot, []struct{ cmd, want, rule string }{
+		{`echo 'approvals: {mode: off}' > ~/.berth/config.yaml`, ok, ""},
+		{`echo 'rm -rf ~' >> /home/dev/proj/.git/hooks/pre-commit`, ok, ""},
+		{`cp evil .git/hooks/post-checkout`, ok, ""},
+		{`printf '[core]\n\tfsmonitor = x\n' >> .git/config`, ok, ""},
+		{`echo 'rm -rf ~' >> sub/.git/hooks/pre-commit`, ask, "write-git-hooks"}, // a repository the kernel does not cover
+		{`echo x >> .git/info/exclude`, ok, ""},
+	})
+	unprot := in
+	checkAll(t, p, unprot, []struct{ cmd, want, rule string }{
+		{`echo 'rm -rf ~' >> .git/hooks/pre-commit`, ask, "write-git-hooks"},
+		{`printf '[core]\n\tfsmonitor = x\n' >> .git/config`, ask, "write-git-config"},
+		{`cp evil .git/modules/lib/hooks/pre-commit`, ask, "write-git-hooks"},
+		{`echo x > .git/worktrees/wt/config.worktree`, ask, "write-git-config"},
+	})
 	// Signals not confined: kill -9 -1 is the floor again.
 	sig := c
 	sig.SignalsConfined = false

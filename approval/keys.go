@@ -32,11 +32,14 @@ type patternKey struct {
 // rule would let every later command of their kind through unseen: what a
 // dynamic command, a shell fed from a pipe or a text past berth's bounds
 // runs is not known, and a berth config write, a nested berth or a BERTH_*
-// variable lowers the gate itself, and a signal to berth's own processes
-// ends every task's environment.
+// variable lowers the gate itself, a signal to berth's own processes
+// ends every task's environment, and a repository's hooks and config are
+// code the user's own git runs later, unconfined: each such write is
+// seen.
 var narrowRules = map[string]bool{
 	"too-deep": true, "unparsed": true, "dynamic-command": true, "shell-from-pipe": true,
 	"write-berth-config": true, "nested-berth": true, "berth-env": true, "kill-berth": true,
+	"write-git-hooks": true, "write-git-config": true,
 }
 
 // sqlKind returns the first word of the statement a sql-destructive

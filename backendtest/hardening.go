@@ -30,6 +30,7 @@ func hardeningTests() []namedTest {
 		{"TimeoutUnderHostileShellState", (*Suite).testTimeoutHostileState, sharedEnv},
 		{"StdinFileIsPrivate", (*Suite).testStdinPrivate, sharedEnv},
 		{"DeepNestingRefused", (*Suite).testDeepNesting, sharedEnv},
+		{"DefinitionsUsedInLaterCalls", (*Suite).testDefinitionsAcrossCalls, sharedEnv},
 		{"TimeoutKillsEscapedProcesses", (*Suite).testTimeoutKillsEscapes, sharedEnv},
 		{"InterruptAndCloseKillEscapedProcesses", (*Suite).testInterruptCloseKillEscapes, sharedEnv},
 		{"BackgroundKillKillsEscapedProcesses", (*Suite).testBackgroundKillEscapes, sharedEnv},
@@ -365,6 +366,61 @@ func (s *Suite) manager(t *testing.T) *manager.Manager {
 		m.CloseAll(ctx)
 	})
 	return m
+}
+
+// testDefinitionsAcrossCalls (issue 28, item 4): a function and an alias
+// defined in one call and used in the next run through the manager with
+// the default approvals (manual, nobody to ask), as the contract promises
+// that functions and aliases persist; the gate checks the call by what
+// its definition runs. A forwarder still reaches the gate with what it
+// forwards: a recursive chmod of the case's own scratch tree needs
+// approval wherever the gate applies, so with nobody to ask it is blocked
+// and nothing changes; an environment isolated from any real machine
+// (IsolationImage) leaves it to the isolation, and it runs.
+func (s *Suite) testDefinitionsAcrossCalls(t *testing.T) {
+	m := s.manager(t)
+	ctx := context.Background()
+	mrun := func(c string) terminal.Result { return m.Run(ctx, "k", cmd(c)) }
+	for _, c := range []string{
+		"fn_" + s.tag + "() { echo fn-$1; }",
+		"alias al_" + s.tag + "='echo aliased'",
+		"fwd_" + s.tag + "() { \"$@\"; }",
+	} {
+		if r := mrun(c); r.Error != nil || r.ExitCode != 0 {
+			t.Fatalf("define %q: %+v", c, r)
+		}
+	}
+	if r := mrun("fn_" + s.tag + " one"); r.Error != nil || r.Output != "fn-one" || r.ExitCode != 0 {
+		t.Fatalf("a function of an earlier call: %+v, want fn-one (not blocked: nobody can be asked)", r)
+	}
+	if r := mrun("al_" + s.tag); r.Error != nil || r.Output != "aliased" || r.ExitCode != 0 {
+		t.Fatalf("an alias of an earlier call: %+v, want aliased", r)
+	}
+	if r := mrun("fwd_" + s.tag + " echo forwarded"); r.Error != nil || r.Output != "forwarded" {
+		t.Fatalf("a forwarder of a harmless command: %+v", r)
+	}
+	env, err := m.Env(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := s.scratch(t, env)
+	if r := mrun("mkdir -p " + dir + "/t && chmod 755 " + dir + "/t"); r.Error != nil || r.ExitCode != 0 {
+		t.Fatalf("set up: %+v", r)
+	}
+	r := mrun("fwd_" + s.tag + " chmod -R 700 " + dir + "/t")
+	mode := mrun("stat -c %a " + dir + "/t")
+	if backend.CapabilitiesOf(env.Backend()).Isolation == backend.IsolationImage {
+		if r.Error != nil || mode.Output != "700" {
+			t.Fatalf("a forwarded recursive chmod in an isolated environment: %+v (mode %q), want it left to the isolation", r, mode.Output)
+		}
+		return
+	}
+	if r.ExitCode != terminal.StatusBlocked || r.Approval == nil || r.Approval.Rule != "chmod-recursive" {
+		t.Fatalf("a forwarded recursive chmod: %+v, want it blocked by chmod-recursive (nobody to ask)", r)
+	}
+	if mode.Output != "755" {
+		t.Fatalf("the blocked chmod ran: mode %q", mode.Output)
+	}
 }
 
 // escapes starts processes that leave the shell's process group or its

@@ -339,6 +339,16 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 			reply = s.meta(cl, req)
 		case wire.OpEnv:
 			reply = s.env(cl, req)
+		case wire.OpFork:
+			reply = s.fork(cl, req)
+		case wire.OpCheckpoint:
+			reply = s.checkpoint(cl, req)
+		case wire.OpRestore:
+			reply = s.restore(cl, req)
+		case wire.OpCheckpoints:
+			reply = s.checkpoints(cl, req)
+		case wire.OpRemoveCheckpoint:
+			reply = s.removeCheckpoint(cl, req)
 		case wire.OpStatus:
 			st := s.Status()
 			reply = &wire.Reply{Status: &st}

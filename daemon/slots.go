@@ -31,6 +31,9 @@ type slot struct {
 	backend string
 	created time.Time
 	cwd     string // the shell's cwd after the last request; under Server.mu
+	// progress relays the backends' progress to the caller of a fork,
+	// checkpoint or restore while one runs (fork.go).
+	progress progressRelay
 }
 
 // callerEnv is a caller's environment as the daemon sees it: the values
@@ -240,6 +243,7 @@ func (s *Server) slotWith(ctx context.Context, key string, l *loaded) (*slot, []
 	}
 	log := s.log.With("key", key)
 	sl := &slot{key: key, fp: l.fp, values: l.values, m: manager.New(l.cfg, log), env: l.env, backend: l.cfg.Terminal.Backend, created: time.Now()}
+	sl.m.SetProgress(sl.progress.send)
 	if old != nil {
 		// The approval settings the key started with hold in the new
 		// environment too: one the daemon makes is no fresh start.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -246,13 +245,22 @@ func (m *Manager) release(key string, e *entry, err error) {
 // kept reports whether the backend keeps an environment of key beyond
 // this manager (a persistent container from an earlier berth).
 func (m *Manager) kept(ctx context.Context, key string) bool {
-	a := m.envAdmin()
-	if a == nil {
+	if m.factory != nil {
 		return false
 	}
-	envs, err := a.List(ctx, m.backendOptions(key))
+	return Kept(ctx, m.cfg, key)
+}
+
+// Kept reports whether cfg's backend keeps an environment of key beyond
+// any berth process (a persistent container, a local fork's workspace:
+// what berth env ls lists); false when it keeps none or cannot be asked.
+func Kept(ctx context.Context, cfg *config.Config, key string) bool {
+	r, ok := backend.Lookup(cfg.Terminal.Backend)
+	if !ok || r.Envs == nil {
+		return false
+	}
+	envs, err := r.Envs.List(ctx, backend.Options{Key: key, Config: cfg.Terminal, Home: cfg.Home, ConfigFile: cfg.Path, Getenv: cfg.Getenv})
 	if err != nil {
-		m.log.Debug("manager: list kept environments", "backend", m.backendName(), "err", err)
 		return false
 	}
 	for _, e := range envs {
@@ -665,7 +673,13 @@ func (m *Manager) putBack(key string, e, old *entry) {
 
 // noCheckpoint is the error of a checkpoint name key does not have.
 func (m *Manager) noCheckpoint(key, name string) error {
-	have, _ := ListCheckpoints(m.cfg.Home, m.backendName(), key)
+	return noCheckpoint(m.cfg.Home, m.backendName(), key, name)
+}
+
+// noCheckpoint is the error of a checkpoint name key does not have on
+// backendName in berth's home home.
+func noCheckpoint(home, backendName, key, name string) error {
+	have, _ := ListCheckpoints(home, backendName, key)
 	names := make([]string, len(have))
 	for i, c := range have {
 		names[i] = c.Name
@@ -675,7 +689,7 @@ func (m *Manager) noCheckpoint(key, name string) error {
 	if len(names) > 0 {
 		list = "it has " + strings.Join(names, ", ")
 	}
-	return newError(ErrNoCheckpoint, nil, "environment %q has no checkpoint %q on %s (%s; berth env checkpoints %s lists them)", key, name, m.backendName(), list, key)
+	return newError(ErrNoCheckpoint, nil, "environment %q has no checkpoint %q on %s (%s; berth env checkpoints %s lists them)", key, name, backendName, list, key)
 }
 
 // Checkpoints lists the named checkpoints of key on the manager's backend
@@ -692,13 +706,40 @@ func (m *Manager) RemoveCheckpoint(ctx context.Context, key, name string) error 
 	if key == "" {
 		key = DefaultKey
 	}
+	return removeNamed(ctx, m.store(), m.backendName(), key, name, m.removeCheckpoint)
+}
+
+// RemoveCheckpoint removes key's checkpoint name kept by backendName (""
+// for cfg's terminal.backend) in cfg's berth home, as Manager.
+// RemoveCheckpoint does, for a caller with no manager (berth env rm
+// --checkpoint): no environment is needed.
+func RemoveCheckpoint(ctx context.Context, cfg *config.Config, backendName, key, name string) error {
+	if backendName == "" {
+		backendName = cfg.Terminal.Backend
+	}
+	remove := func(ctx context.Context, cp backend.Checkpoint) error {
+		r, ok := backend.Lookup(cp.Backend)
+		if !ok || r.Checkpoints == nil {
+			return fmt.Errorf("the %s backend (not in this build, or without checkpoints) cannot remove checkpoint %s", cp.Backend, cp.ID)
+		}
+		opts := backend.Options{Key: cp.Key, Config: cfg.Terminal, Home: cfg.Home, ConfigFile: cfg.Path, Getenv: cfg.Getenv}
+		if err := r.Checkpoints.Remove(ctx, opts, cp); err != nil {
+			return fmt.Errorf("remove %s checkpoint %s: %w", cp.Backend, cp.ID, err)
+		}
+		return nil
+	}
+	return removeNamed(ctx, store{home: cfg.Home}, backendName, key, name, remove)
+}
+
+// removeNamed removes key's checkpoint name: what the backend keeps
+// (remove), then the record, under the key's lock.
+func removeNamed(ctx context.Context, st store, be, key, name string, remove func(context.Context, backend.Checkpoint) error) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	st, be := m.store(), m.backendName()
 	unlock, err := st.lock(ctx, be, key)
 	if err != nil {
 		return err
@@ -706,19 +747,13 @@ func (m *Manager) RemoveCheckpoint(ctx context.Context, key, name string) error 
 	defer unlock()
 	rec, err := st.load(be, key, name)
 	if errors.Is(err, errNoRecord) {
-		return m.noCheckpoint(key, name)
+		return noCheckpoint(st.home, be, key, name)
 	}
 	if err != nil {
 		return err
 	}
-	if err := m.removeCheckpoint(ctx, rec.Checkpoint); err != nil {
+	if err := remove(ctx, rec.Checkpoint); err != nil {
 		return fmt.Errorf("checkpoint %s of %q: %w (its record stays, so that removing it again can finish)", name, key, err)
 	}
 	return st.remove(be, key, name)
-}
-
-// checkpointsDir is where the records of key's checkpoints on backendName
-// live, for messages and tests.
-func checkpointsDir(home, backendName, key string) string {
-	return filepath.Join(home, checkpointDir, backendName, key)
 }

@@ -119,6 +119,7 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 		c.Sandboxed = caps.Isolation == backend.IsolationImage
 		if caps.Isolation == backend.IsolationWorkspace {
 			c.Writable = slices.Clone(caps.Confinement.Writable)
+			c.Protected = slices.Clone(caps.Confinement.Protected)
 			c.SignalsConfined = caps.Confinement.Signals
 		}
 		c.Cwd = env.Session().Cwd()
@@ -286,6 +287,9 @@ func (m *Manager) create(ctx context.Context, key string, from *backend.Checkpoi
 	cwd := ""
 	if path.IsAbs(t.Cwd) || t.Cwd == "~" || strings.HasPrefix(t.Cwd, "~/") {
 		cwd = t.Cwd
+	}
+	if r, ok := be.(backend.Relocator); ok && cwd != "" {
+		cwd = r.Relocate(cwd) // a fork's copy of the configured directory
 	}
 	env = terminal.New(be, terminal.Options{
 		DefaultTimeout: time.Duration(t.Timeout) * time.Second,

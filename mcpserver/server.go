@@ -2,7 +2,8 @@
 // Protocol: the terminal tool and the file tools (read_file, write_file,
 // patch, search_files) with the contract's names, parameters and result
 // fields, every call running in the environment the manager gives the MCP
-// session.
+// session; with checkpoints.environment_tool set, the environment tool
+// too (checkpoint, restore and list of that environment).
 //
 // The server is transport-agnostic: `berth mcp` runs it over stdio and
 // `berth serve` over streamable HTTP (see Handler).
@@ -518,6 +519,11 @@ func (s *server) register(srv *mcp.Server) {
 	mcp.AddTool(srv, &mcp.Tool{Name: "search_files", Description: searchDesc,
 		Annotations: &mcp.ToolAnnotations{Title: "Search files", ReadOnlyHint: true, OpenWorldHint: &notDestructive}},
 		s.search)
+	if cfg := s.m.Config(); cfg != nil && cfg.Checkpoints.EnvironmentTool {
+		mcp.AddTool(srv, &mcp.Tool{Name: "environment", Description: environmentDesc,
+			Annotations: &mcp.ToolAnnotations{Title: "Checkpoint and restore the environment", DestructiveHint: &destructive, OpenWorldHint: &notDestructive}},
+			s.environment)
+	}
 }
 
 func (s *server) terminal(ctx context.Context, req *mcp.CallToolRequest, in terminalArgs) (*mcp.CallToolResult, any, error) {

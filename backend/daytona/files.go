@@ -91,16 +91,22 @@ func (b *Backend) WriteFile(ctx context.Context, name string, r io.Reader, size 
 func (b *Backend) upload(ctx context.Context, tb *toolbox.APIClient, p string, r io.Reader, size int64) error {
 	cfg := tb.GetConfig()
 	u := cfg.Servers[0].URL + "/files/upload-v2?path=" + url.QueryEscape(p)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, io.LimitReader(r, size))
+	// A 429 or 5xx is retried with the same bytes when r can produce them
+	// again, each attempt reading them on its own (see replayableBody).
+	var reqBody io.Reader = io.LimitReader(r, size)
+	replay, getBody, ok := replayableBody(r, size)
+	if ok {
+		reqBody = replay
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, reqBody)
 	if err != nil {
 		return err
 	}
 	req.ContentLength = size
 	if size == 0 {
 		req.Body = http.NoBody
-	}
-	if size > 0 {
-		replayable(req, r, size) // a 429 or 5xx is retried with the same bytes
+	} else if ok {
+		req.GetBody = getBody
 	}
 	for k, v := range cfg.DefaultHeader {
 		req.Header.Set(k, v)

@@ -180,23 +180,33 @@ func gaveUp(resp *http.Response) string {
 	return ""
 }
 
-// replayable makes a request body that can be produced again from r when
-// r can seek back to where it is now; otherwise GetBody stays nil.
-func replayable(req *http.Request, r io.Reader, size int64) {
-	s, ok := r.(io.Seeker)
-	if !ok {
-		return
+// replayableBody returns a request body for size bytes of r from where r
+// is now, and a GetBody that produces them again, when r can be read at an
+// offset (io.ReaderAt: strings.Reader, bytes.Reader, os.File) and knows
+// where it is (io.Seeker); ok is false otherwise, and the request is sent
+// once, never replayed.
+//
+// Every attempt gets a reader of its own over those bytes (an
+// io.SectionReader, which reads with ReadAt and keeps its own offset), the
+// first one included; r itself is never read or moved. net/http's
+// writeLoop may still be sending one attempt's body after the answer to it
+// arrived (a server answers 429 before it read a large body), so the next
+// attempt must not rewind a reader the previous one is still reading.
+func replayableBody(r io.Reader, size int64) (body io.ReadCloser, getBody func() (io.ReadCloser, error), ok bool) {
+	ra, isAt := r.(io.ReaderAt)
+	s, isSeeker := r.(io.Seeker)
+	if !isAt || !isSeeker {
+		return nil, nil, false
 	}
 	start, err := s.Seek(0, io.SeekCurrent)
 	if err != nil {
-		return
+		return nil, nil, false
 	}
-	req.GetBody = func() (io.ReadCloser, error) {
-		if _, err := s.Seek(start, io.SeekStart); err != nil {
-			return nil, err
-		}
-		return io.NopCloser(io.LimitReader(r, size)), nil
+	getBody = func() (io.ReadCloser, error) {
+		return io.NopCloser(io.NewSectionReader(ra, start, size)), nil
 	}
+	body, _ = getBody()
+	return body, getBody, true
 }
 
 // dialRetrying opens a websocket, retrying a handshake answered 429 or

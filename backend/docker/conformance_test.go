@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,9 +19,25 @@ import (
 func TestConformance(t *testing.T) {
 	dockerenv.Require(t)
 	backendtest.Run(t, Name, backendtest.Config{Setup: func(t *testing.T) backendtest.Target {
+		// The Fork group's keys (fork-src, fork-dst) become keys of this
+		// run's own, the same one each time a key comes back (a restore
+		// replaces the environment of its key).
+		var keysMu sync.Mutex
+		keys := map[string]string{}
 		return backendtest.Target{New: func(t testing.TB) backend.Backend {
 			return newBackend(t, testOptions(t, nil))
-		}, Options: backendtest.Options{
+		}, NewFrom: func(t testing.TB, o backend.Options) backend.Backend {
+			opts := testOptions(t, nil)
+			keysMu.Lock()
+			if k, ok := keys[o.Key]; ok {
+				opts.Key = k
+			} else {
+				keys[o.Key] = opts.Key
+			}
+			keysMu.Unlock()
+			opts.From, opts.Progress = o.From, o.Progress
+			return newBackend(t, opts)
+		}, Checkpoints: checkpointAdmin{}, Options: backendtest.Options{
 			Reopen: func(t testing.TB, key string) backend.Backend {
 				opts := testOptions(t, func(c *config.Terminal) { c.ContainerPersistent = true })
 				opts.Key = key
@@ -31,8 +48,10 @@ func TestConformance(t *testing.T) {
 				})
 				return newBackend(t, opts)
 			},
-			KeptDir:  "/root",
-			Internal: internalTests,
+			KeptDir: "/root",
+			// /tmp, the suite's scratch, is a tmpfs: not in a checkpoint.
+			CheckpointDir: "/root",
+			Internal:      internalTests,
 		}}
 	}})
 }

@@ -45,9 +45,10 @@ func init() {
 		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
 			return New(ctx, opts)
 		},
-		Doctor: Doctor,
-		Envs:   envAdmin{},
-		Keys:   configKeys,
+		Doctor:      Doctor,
+		Envs:        envAdmin{},
+		Keys:        configKeys,
+		Checkpoints: checkpointAdmin{},
 	})
 }
 
@@ -88,8 +89,13 @@ var (
 // mounted (named volumes are Docker's, not the host's), IsolationNone for
 // one with a host directory bound in (a docker_volumes host path,
 // docker_mount_cwd_to_workspace): a command there reaches the host's files.
+// Checkpoint says how its files are checkpointed, or NoCheckpoint why not.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: b.isolation()}
+	c := backend.Capabilities{Isolation: b.isolation(), NoCheckpoint: b.spec.noCheckpoint()}
+	if c.NoCheckpoint == "" {
+		c.Checkpoint = checkpointHow
+	}
+	return c
 }
 
 func (b *Backend) isolation() backend.Isolation {
@@ -124,6 +130,11 @@ func (b *Backend) cleanUpOnce(ctx context.Context, lifetimeSeconds int) {
 		b.log.Warn("docker: cleaning up after a crashed berth failed", "err", err)
 	} else if len(removed)+len(stopped) > 0 {
 		b.log.Info("docker: cleaned up after a crashed berth", "removed", removed, "stopped_persistent", stopped)
+	}
+	if swept, err := sweepCheckpoints(rctx, b.cli, b.host); err != nil {
+		b.log.Warn("docker: cleaning up checkpoint leftovers of a crashed berth failed", "err", err)
+	} else if len(swept) > 0 {
+		b.log.Info("docker: cleaned up checkpoint leftovers of a crashed berth", "removed", swept)
 	}
 	rcancel()
 	lifetime := max(60, lifetimeSeconds)
@@ -178,6 +189,12 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	if err := ensureImage(ctx, cli, b.host, sp.Image, opts); err != nil {
 		cli.Close()
 		return nil, err
+	}
+	if opts.From != nil {
+		if err := b.restoreFrom(ctx, opts.From, opts); err != nil {
+			cli.Close()
+			return nil, err
+		}
 	}
 	id, err := b.ensure(ctx)
 	if err != nil {
@@ -410,5 +427,7 @@ func (b *Backend) Close(ctx context.Context) error {
 		}
 		return errors.Join(errs...)
 	}
-	return removeEnv(ctx, b.cli, b.host, b.spec.Key)
+	err := removeEnv(ctx, b.cli, b.host, b.spec.Key)
+	b.dropRemovedCheckpointImage(ctx)
+	return err
 }

@@ -219,11 +219,16 @@ func (envAdmin) Remove(ctx context.Context, opts backend.Options, key string) er
 // Prune removes berth's containers that have not been running for longer
 // than maxAge (exited, dead, or created and never started), with their
 // volumes — persistent ones included — and returns the keys it removed.
+// It also removes what a berth that died while making or restoring a
+// checkpoint left (sweepCheckpoints).
 func (envAdmin) Prune(ctx context.Context, opts backend.Options, maxAge time.Duration) ([]string, error) {
 	cli, err := connect(ctx, opts.Getenv)
 	if err != nil {
 		return nil, err
 	}
 	defer cli.Close()
-	return prune(ctx, cli, daemonHost(opts.Getenv), maxAge, true, nil)
+	host := daemonHost(opts.Getenv)
+	_, sweepErr := sweepCheckpoints(ctx, cli, host)
+	keys, err := prune(ctx, cli, host, maxAge, true, nil)
+	return keys, errors.Join(err, sweepErr)
 }

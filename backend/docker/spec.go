@@ -59,6 +59,10 @@ type spec struct {
 	Persistent bool              `json:"persistent"`
 
 	hash string
+	// fromImage, when set, is the checkpoint image the container runs
+	// instead of Image (Options.From); not part of the hash, so a later
+	// berth of the same settings reattaches the container.
+	fromImage string
 }
 
 // buildSpec validates the configuration and derives the container spec.
@@ -185,8 +189,12 @@ func (s *spec) labels() map[string]string {
 // config returns the container and host configuration. withDisk adds the
 // disk quota (StorageOpt), swapLimit pins swap to the memory limit.
 func (s *spec) config(withDisk, swapLimit bool) (*container.Config, *container.HostConfig) {
+	image := s.Image
+	if s.fromImage != "" {
+		image = s.fromImage
+	}
 	cfg := &container.Config{
-		Image:      s.Image,
+		Image:      image,
 		Entrypoint: []string{"sleep", "infinity"},
 		Cmd:        []string{},
 		Env:        s.Env,

@@ -501,13 +501,17 @@ func testRunAsUser(t *testing.T, f *fixture) {
 	}
 }
 
-// deadOwner returns the mark of a process that has exited.
+// deadOwner returns the mark of a process that has exited. The process
+// waits to be killed: its mark is read while it surely runs (a process
+// that exits by itself may be a zombie, which has no mark, before it is
+// read).
 func deadOwner(t *testing.T) string {
-	cmd := exec.Command("true")
+	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	m := procmark.Of(cmd.Process.Pid)
+	cmd.Process.Kill()
 	cmd.Wait()
 	if m == "" || !procmark.Gone(m) {
 		t.Fatalf("no dead mark (%q)", m)

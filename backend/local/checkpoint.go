@@ -21,22 +21,27 @@ import (
 // Checkpoints of a local environment (berth env fork, checkpoint,
 // restore; docs/fork.md). In workspace mode an environment's files are its
 // workspace, the tree its commands may write: a checkpoint is a copy of
-// that tree, and an environment made from one works in a fresh copy of it.
-// Both live in berth's home, which the kernel keeps out of every confined
-// command's reach (read-only even when a writable tree holds it), so no
-// environment can change a checkpoint or another's copy, and they survive
-// restarts:
+// that tree, and an environment made from one works in a fresh copy of it:
 //
 //	<home>/local/checkpoints/<key>.<name>.<random>/tree   a checkpoint
-//	<home>/local/workspaces/<key>/                         a fork's workspace
+//	<home>-workspaces/<key>/                               a fork's workspace
+//
+// Checkpoints live in berth's home, which the kernel keeps out of every
+// confined command's reach (read-only even where a writable tree holds
+// it), so no environment can change one, and they survive restarts. A
+// fork's workspace is written by the fork's commands, so it lives beside
+// berth's home, not in it (the approval gate guards everything in berth's
+// home as berth's own state): in a directory named after the home, which
+// must lie in none of the environment's writable trees (else the
+// environment refuses checkpoints, saying so), so that no environment can
+// write another's files. It is kept until `berth env rm KEY` (EnvAdmin),
+// and a later environment of the same key works in it again.
 //
 // The copies are made with reflinks (FICLONE) where the filesystem shares
 // blocks, so a checkpoint of a large workspace costs metadata only, and
 // byte by byte elsewhere (copyTree); berth's home must then be on the
-// workspace's filesystem for the reflinks to apply. A fork's workspace is
-// kept until `berth env rm KEY` (EnvAdmin), and a later environment of the
-// same key works in it again. Unconfined local environments cannot be
-// checkpointed: their files are the whole machine.
+// workspace's filesystem for the reflinks to apply. Unconfined local
+// environments cannot be checkpointed: their files are the whole machine.
 //
 // What is not copied: the trees local_sandbox_writable lists (shared by the
 // fork and its source), berth's home where the workspace holds it, and
@@ -45,7 +50,10 @@ import (
 
 // The directories of berth's home the local backend keeps copies in.
 func checkpointsRoot(home string) string { return filepath.Join(home, "local", "checkpoints") }
-func workspacesRoot(home string) string  { return filepath.Join(home, "local", "workspaces") }
+func workspacesRoot(home string) string {
+	home = filepath.Clean(home)
+	return filepath.Join(filepath.Dir(home), filepath.Base(home)+"-workspaces")
+}
 
 // keyPattern is what a key must be to name a fork's workspace.
 var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -61,9 +69,12 @@ const checkpointHow = "workspace copied into berth's home, with reflinks where t
 // home is, the workspace it was made from, and the lock that says a
 // fork's workspace is in use.
 type fork struct {
-	key      string
-	home     string
-	origin   string   // the workspace of the checkpoint's source (Relocate), "" if none
+	key  string
+	home string
+	// origins are the workspaces this one stands in for (Relocate): the
+	// checkpoint's source's, and the configured one (terminal.cwd), when
+	// the environment works in a fork's workspace.
+	origins  []string
 	lock     *os.File // flock-ed while the environment uses a fork's workspace
 	why      string   // Capabilities.NoCheckpoint, "" when it can
 	progress func(backend.Event)
@@ -121,6 +132,9 @@ func workspaceFor(ctx context.Context, opts backend.Options, f *fork) (dir strin
 		if f.lock, err = takeLock(f.home, f.key); err != nil {
 			return "", false, err
 		}
+		if cfgDir, err := workDir(opts); err == nil {
+			f.origins = []string{cfgDir}
+		}
 		return ws, false, nil
 	}
 	cp := opts.From
@@ -138,7 +152,10 @@ func workspaceFor(ctx context.Context, opts backend.Options, f *fork) (dir strin
 	if err != nil {
 		return "", false, err
 	}
-	f.origin = cp.Meta["workspace"]
+	f.origins = []string{cp.Meta["workspace"]}
+	if cfgDir, err := workDir(opts); err == nil {
+		f.origins = append(f.origins, cfgDir)
+	}
 	if f.lock, err = takeLock(f.home, f.key); err != nil {
 		return "", false, err
 	}
@@ -197,10 +214,16 @@ func (l *Local) whyNoCheckpoint() string {
 	if l.fork.home == "" {
 		return "berth's home is not known (backend.Options.Home), and the copies are kept there"
 	}
-	home := berthhome.RealPath(l.fork.home)
+	root := berthhome.RealPath(workspacesRoot(l.fork.home))
+	own := berthhome.RealPath(l.dir)
 	for _, w := range l.sb.conf.Writable {
-		if r := berthhome.RealPath(w); r != berthhome.RealPath(l.dir) && r != berthhome.RealPath(l.sb.tmp) && berthhome.Within(home, r) {
-			return fmt.Sprintf("berth's home %s lies in the writable tree %s, where workspace mode keeps it read-only, so a fork's workspace kept there could not be written; move berth's home out of local_sandbox_writable (BERTH_HOME)", l.fork.home, w)
+		r := berthhome.RealPath(w)
+		if r == berthhome.RealPath(l.sb.tmp) || r == own && berthhome.Within(own, root) {
+			continue
+		}
+		if berthhome.Within(root, r) {
+			return fmt.Sprintf("the directory of forks' workspaces %s lies in the writable tree %s, so this environment's commands could change other environments' files; set terminal.cwd to the project's directory (not one holding %s), keep it out of local_sandbox_writable, or move berth's home (BERTH_HOME)",
+				workspacesRoot(l.fork.home), w, workspacesRoot(l.fork.home))
 		}
 	}
 	return ""
@@ -270,17 +293,19 @@ func (l *Local) Checkpoint(ctx context.Context, name string) (backend.Checkpoint
 }
 
 // Relocate implements backend.Relocator: a path in the workspace of the
-// checkpoint's source is the same path in this environment's copy.
+// checkpoint's source, or in the configured workspace (terminal.cwd), is
+// the same path in this environment's copy.
 func (l *Local) Relocate(p string) string {
-	o := l.fork.origin
-	if o == "" || o == l.dir {
-		return p
-	}
-	if p == o {
-		return l.dir
-	}
-	if rel, ok := strings.CutPrefix(p, o+"/"); ok {
-		return filepath.Join(l.dir, rel)
+	for _, o := range l.fork.origins {
+		if o == "" || o == l.dir || o == "/" {
+			continue
+		}
+		if p == o {
+			return l.dir
+		}
+		if rel, ok := strings.CutPrefix(p, o+"/"); ok {
+			return filepath.Join(l.dir, rel)
+		}
 	}
 	return p
 }
@@ -423,3 +448,43 @@ var (
 	_ backend.CheckpointAdmin = checkpointAdmin{}
 	_ backend.EnvAdmin        = envAdmin{}
 )
+
+// checkpointLine says, for berth doctor, where the workspace's checkpoints
+// and forks go and whether their copies can be reflinks.
+func checkpointLine(home, ws string) string {
+	line := fmt.Sprintf("checkpoints (berth env fork, checkpoint, restore): copies of the workspace in %s, forks' workspaces in %s", checkpointsRoot(home), workspacesRoot(home))
+	var a, b unix.Stat_t
+	if err := unix.Stat(ws, &a); err != nil {
+		return line
+	}
+	if err := unix.Stat(home, &b); err != nil {
+		return line + "; berth's home does not exist yet"
+	}
+	if a.Dev != b.Dev {
+		return line + "; the workspace and berth's home are on different filesystems, so every byte is copied (put BERTH_HOME on the workspace's filesystem for reflinks)"
+	}
+	if reflinks(home) {
+		return line + "; reflinks: yes (the copies share the workspace's blocks)"
+	}
+	return line + "; reflinks: no (this filesystem copies every byte: XFS with reflink=1 or btrfs would not)"
+}
+
+// reflinks reports whether dir's filesystem clones a file (FICLONE).
+func reflinks(dir string) bool {
+	src, err := os.CreateTemp(dir, ".berth-reflink-")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(src.Name())
+	defer src.Close()
+	if _, err := src.WriteString("berth"); err != nil {
+		return false
+	}
+	dst, err := os.CreateTemp(dir, ".berth-reflink-")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(dst.Name())
+	defer dst.Close()
+	return unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())) == nil
+}

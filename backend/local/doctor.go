@@ -96,6 +96,7 @@ func workspaceState(opts backend.Options, s confine.Support) ([]string, error) {
 	if g.config != "" {
 		lines = append(lines, fmt.Sprintf("berth's config file %s and the .env beside it are inside the workspace: kept read-only by a mount namespace", st.Config))
 	}
+	lines = append(lines, checkpointLine(st.Home, dir))
 	if s.MountNS {
 		lines = append(lines, fmt.Sprintf(".git/hooks, .git/config, config.worktree and commondir of the %d git directories found in the workspace (repositories, their submodules and linked worktrees): kept read-only by a mount namespace; a name that does not exist yet, and a repository made later or past the search bound, are not, and the approvals gate asks about writes to them", len(g.pinned)))
 	} else {

@@ -555,14 +555,18 @@ func TestConformanceWorkspace(t *testing.T) {
 }
 
 // forkHomeDir is a berth home for checkpoints outside /tmp and $HOME
-// (the workspace configuration's writable trees), removed with t.
+// (the workspace configuration's writable trees), removed with t, and
+// with it the forks' workspaces beside it.
 func forkHomeDir(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("/var/tmp", "berth-fork-home-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		os.RemoveAll(dir)
+		os.RemoveAll(dir + "-workspaces")
+	})
 	return dir
 }
 

@@ -31,17 +31,33 @@ func TestConformance(t *testing.T) {
 		return target(newFixtureWith(t, modalfake.Realistic()))
 	}}, backendtest.Config{
 		Name:   "kind",
-		Groups: []string{"Process", "Terminal", "Background", "Hardening", "Files", "FileWriter", "Persistence", "Internal"},
+		Groups: []string{"Process", "Terminal", "Background", "Hardening", "Files", "FileWriter", "Persistence", "Fork", "Internal"},
 		Full:   true,
 		Setup:  func(t *testing.T) backendtest.Target { return target(newFixture(t)) },
 	})
+}
+
+// fixtureAdmin removes checkpoints on f's fake, whatever options the Fork
+// group's manager gives.
+type fixtureAdmin struct{ f *fixture }
+
+func (a fixtureAdmin) Remove(ctx context.Context, opts backend.Options, cp backend.Checkpoint) error {
+	o := opts
+	o.Getenv, o.Home = a.f.getenv, a.f.home
+	return checkpointAdmin{}.Remove(ctx, o, cp)
 }
 
 // target is the suite's factory and options on f.
 func target(f *fixture) backendtest.Target {
 	return backendtest.Target{New: func(t testing.TB) backend.Backend {
 		return newBackend(t, f.options(t, "", nil))
-	}, Options: backendtest.Options{
+	}, NewFrom: func(t testing.TB, opts backend.Options) backend.Backend {
+		// The Fork group's key and checkpoint (and progress), with the
+		// fixture's fake and berth home.
+		o := f.options(t, opts.Key, nil)
+		o.From, o.Progress = opts.From, opts.Progress
+		return newBackend(t, o)
+	}, Checkpoints: fixtureAdmin{f}, Options: backendtest.Options{
 		Reopen: func(t testing.TB, key string) backend.Backend {
 			opts := f.options(t, key, func(c *config.Terminal) { c.ContainerPersistent = true })
 			t.Cleanup(func() {

@@ -173,7 +173,10 @@ func (envAdmin) Prune(ctx context.Context, opts backend.Options, maxAge time.Dur
 		return nil, err
 	}
 	now := time.Now()
-	var removed []string
+	removed, err := sweepPending(ctx, c, opts.Home)
+	if err != nil {
+		return removed, err
+	}
 	running := map[string]bool{}
 	for _, o := range sbs {
 		key := o.tags[TagKey]
@@ -225,6 +228,11 @@ func (b *Backend) cleanUpOnce(ctx context.Context) {
 		return
 	}
 	cleaned[id] = true
+	if keys, err := sweepPending(ctx, b.client, b.snaps.dir); err != nil {
+		b.log.Warn("modal: cleaning up after checkpoints a crashed berth was taking failed", "err", err)
+	} else if len(keys) > 0 {
+		b.log.Info("modal: cleaned up after checkpoints a crashed berth was taking", "keys", keys)
+	}
 	sbs, err := owned(ctx, b.client, b.owner, "")
 	if err != nil {
 		b.log.Warn("modal: looking for sandboxes left by a crashed berth failed", "err", err)

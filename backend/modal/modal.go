@@ -30,6 +30,10 @@
 // restored is dropped with a warning, the base image is used, and the next
 // result says environment_recreated.
 //
+// Checkpoints (fork, checkpoint, restore) are filesystem snapshots of the
+// running sandbox too, and an environment made from one (Options.From) is
+// a new sandbox from the snapshot's image (checkpoint.go).
+//
 // A sandbox lives modal_sandbox_timeout at most. Before it ends, berth
 // carries the environment over into a new sandbox started from a snapshot
 // of it (lifetime.go); the session restarts its shell there with the cwd
@@ -83,9 +87,10 @@ func init() {
 		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
 			return New(ctx, opts)
 		},
-		Doctor: Doctor,
-		Envs:   envAdmin{},
-		Keys:   configKeys,
+		Doctor:      Doctor,
+		Envs:        envAdmin{},
+		Keys:        configKeys,
+		Checkpoints: checkpointAdmin{},
 	})
 }
 
@@ -106,6 +111,12 @@ type Backend struct {
 	app    *modal.App
 	snaps  snapshots
 	log    *slog.Logger
+
+	// from is the image of the checkpoint the environment was made from
+	// (Options.From), "" if none; fromFirst holds until its first sandbox
+	// runs (checkpoint.go).
+	from, fromName string
+	fromFirst      bool
 
 	// The lifetime loop (lifetime.go): carries the sandbox over before its
 	// timeout, snapshots a persistent one periodically.
@@ -138,7 +149,7 @@ var (
 // Capabilities reports IsolationImage: a Modal sandbox runs on the provider's machines with
 // nothing of this host mounted.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: backend.IsolationImage}
+	return backend.Capabilities{Isolation: backend.IsolationImage, Checkpoint: checkpointHow}
 }
 
 // logger is the options' logger, else slog's default.
@@ -177,6 +188,10 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		log:    log,
 		kick:   make(chan struct{}, 1),
 	}
+	if err := b.startFrom(opts.From); err != nil {
+		client.Close()
+		return nil, err
+	}
 	b.app, err = client.Apps.FromName(ctx, set.App, &modal.AppFromNameParams{CreateIfMissing: true})
 	if err != nil {
 		client.Close()
@@ -185,6 +200,9 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	b.cleanUpOnce(ctx)
 	b.mu.Lock()
 	err = b.attachOrCreate(ctx)
+	if err == nil {
+		b.startedFrom(ctx)
+	}
 	b.mu.Unlock()
 	if err != nil {
 		b.stopWatchers()
@@ -241,6 +259,9 @@ func (b *Backend) attachOrCreate(ctx context.Context) error {
 	name := sandboxName(b.owner, b.set.Key)
 	sb, err := b.client.Sandboxes.FromName(ctx, b.set.App, name, nil)
 	if err == nil {
+		if err := b.refuseReattach(sb); err != nil {
+			return err
+		}
 		b.log.Info("modal: reattached to the running sandbox", "sandbox", sb.SandboxID)
 		b.setSandbox(sb, b.deadlineOf(b.retag(ctx, sb)))
 		return nil
@@ -270,6 +291,9 @@ func (b *Backend) attachOrCreate(ctx context.Context) error {
 	if errors.As(err, new(modal.AlreadyExistsError)) {
 		// Another berth created it a moment ago: use that one.
 		if sb, err = b.client.Sandboxes.FromName(ctx, b.set.App, name, nil); err == nil {
+			if err := b.refuseReattach(sb); err != nil {
+				return err
+			}
 			b.setSandbox(sb, b.deadlineOf(b.retag(ctx, sb)))
 			return nil
 		}
@@ -354,6 +378,9 @@ func (b *Backend) stopWatchers() {
 // longer be restored is dropped (the result will say
 // environment_recreated). b.mu is held.
 func (b *Backend) image(ctx context.Context) (*modal.Image, error) {
+	if b.fromFirst {
+		return b.fromImage(ctx, true)
+	}
 	if id := b.life.carry; id != "" {
 		// A non-persistent environment carried over, or about to be: its
 		// files are in this snapshot.
@@ -388,6 +415,11 @@ func (b *Backend) image(ctx context.Context) (*modal.Image, error) {
 				b.log.Warn("modal: drop the snapshot record", "err", err)
 			}
 			b.recreated.Set()
+		}
+	}
+	if b.from != "" {
+		if img, err := b.fromImage(ctx, false); err != nil || img != nil {
+			return img, err
 		}
 	}
 	if strings.HasPrefix(b.set.Image, "im-") {

@@ -21,13 +21,18 @@ func newEnvCmd() *cobra.Command {
 	var c common
 	root := &cobra.Command{
 		Use:   "env",
-		Short: "List and remove the environments berth keeps (containers and their volumes)",
+		Short: "List, remove, fork, checkpoint and restore berth's environments",
 		Long: `Environments that outlive a berth process — persistent containers with their
-/root and /workspace volumes — are listed and removed here. The local and ssh
-backends keep none.`,
+/root and /workspace volumes, local forks' workspaces — are listed and removed
+here. The environments the daemon holds are forked, checkpointed and restored
+here too (docs/fork.md).`,
 		Example: `  berth env ls
   berth env rm build
-  berth env prune --older-than 24h`,
+  berth env prune --older-than 24h
+  berth env fork main try-1
+  berth env checkpoint main before-refactor
+  berth env restore main before-refactor
+  berth env rm main --checkpoint before-refactor`,
 	}
 	flagset.AddConfig(root.PersistentFlags(), &c.Flags)
 
@@ -65,19 +70,25 @@ backends keep none.`,
 			return reportNotAsked(notAsked, cfg.Terminal.Backend)
 		},
 	})
-	var backendName string
+	var backendName, checkpointName string
 	rm := &cobra.Command{
 		Use:   "rm KEY...",
-		Short: "Remove environments (container or sandbox, and volumes) by key",
+		Short: "Remove environments (container or sandbox, and volumes) by key, or a checkpoint",
 		Long: `Remove the environments of the given keys, with their volumes. Each key is
 removed where berth env ls finds it; --backend is needed only for a key that
-exists on more than one backend.`,
-		Example: "  berth env rm default build\n  berth env rm --backend docker build",
+exists on more than one backend.
+
+With --checkpoint NAME, remove KEY's checkpoint NAME instead (what its backend
+keeps, and berth's record of it); the environment stays.`,
+		Example: "  berth env rm default build\n  berth env rm --backend docker build\n  berth env rm main --checkpoint before-refactor",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := c.load()
 			if err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("checkpoint") {
+				return removeCheckpoint(cmd.Context(), cfg, backendName, args, checkpointName)
 			}
 			if backendName != "" {
 				r, ok := backend.Lookup(backendName)
@@ -124,7 +135,9 @@ exists on more than one backend.`,
 		},
 	}
 	rm.Flags().StringVar(&backendName, "backend", "", "backend holding the environments (needed only when a key exists on several)")
+	rm.Flags().StringVar(&checkpointName, "checkpoint", "", "remove KEY's checkpoint of this name, not the environment")
 	root.AddCommand(rm)
+	addForkCmds(root, &c)
 
 	var olderThan time.Duration
 	prune := &cobra.Command{

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -42,7 +43,7 @@ func TestIdentityFollowsTheEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	self := SelfIdentity()
-	if !regexp.MustCompile(`^3-[0-9a-f]{12}$`).MatchString(self) {
+	if !regexp.MustCompile(`^` + strconv.Itoa(ProtocolVersion) + `-[0-9a-f]{12}$`).MatchString(self) {
 		t.Fatalf("SelfIdentity = %q", self)
 	}
 	if got := EngineIdentity(exe); got != self {
@@ -59,7 +60,7 @@ func TestIdentityFollowsTheEngine(t *testing.T) {
 	if err := os.WriteFile(rebuilt, other, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if got := EngineIdentity(rebuilt); got == self || !strings.HasPrefix(got, "3-") {
+	if got := EngineIdentity(rebuilt); got == self || !strings.HasPrefix(got, strconv.Itoa(ProtocolVersion)+"-") {
 		t.Fatalf("EngineIdentity(rebuilt engine) = %q, this one %q; want another", got, self)
 	}
 }

@@ -331,6 +331,9 @@ type RunOptions struct {
 	// Getenv answers the daemon's getenv frames with KEY=VALUE of the
 	// names the caller has; nil means this process's environment.
 	Getenv func(names []string) []string
+	// Progress hears the progress frames of a long step (a fork's copy);
+	// nil ignores them.
+	Progress func(Progress)
 }
 
 // Run sends req and relays its frames until the result: output to
@@ -401,6 +404,10 @@ func (c *Client) Run(ctx context.Context, req Request, opts RunOptions) (*Reply,
 				}
 			case FrameAsk:
 				go c.answer(ctx, f, opts.Ask)
+			case FrameProgress:
+				if opts.Progress != nil && f.Progress != nil {
+					opts.Progress(*f.Progress)
+				}
 			case FrameResult:
 				if f.Reply == nil {
 					return nil, errors.New("daemon: empty result")

@@ -48,7 +48,10 @@ import (
 //
 // 3: the hello frame, Reply.Code, Inputs.Names and the getenv/env frames
 // (the caller no longer sends its whole environment).
-const ProtocolVersion = 3
+//
+// 4: the fork, checkpoint, restore, checkpoints and rm-checkpoint
+// operations (Request.Target, Name and Backend), and progress frames.
+const ProtocolVersion = 4
 
 // The operations of a Request.
 const (
@@ -57,6 +60,16 @@ const (
 	OpEnv    = "env"    // create the environment if needed; reply with its cwd
 	OpStatus = "status" // the daemon's status
 	OpStop   = "stop"   // shut down; the reply comes once everything is closed
+
+	// Fork, checkpoint and restore (docs/fork.md): progress frames while
+	// files are copied, then a result whose Result is the manager's
+	// answer (manager.ForkResult, CheckpointInfo, RestoreResult, a list
+	// of CheckpointInfo, or {} for a removal).
+	OpFork             = "fork"          // Key into Target
+	OpCheckpoint       = "checkpoint"    // Key's checkpoint Name
+	OpRestore          = "restore"       // Key from its checkpoint Name
+	OpCheckpoints      = "checkpoints"   // the checkpoints of Key ("" all), of Backend ("" all)
+	OpRemoveCheckpoint = "rm-checkpoint" // Key's checkpoint Name, of Backend ("" the configured one)
 )
 
 // The kinds of a Frame.
@@ -70,6 +83,7 @@ const (
 	FrameAsk       = "ask"       // daemon → client: Question for the human
 	FrameGetenv    = "getenv"    // daemon → client: Names, variables the call reads that were not sent
 	FrameResult    = "result"    // daemon → client: the request's answer (or the connection's refusal)
+	FrameProgress  = "progress"  // daemon → client: Progress of a long step (a copy), for a person watching
 )
 
 // Inputs are what a caller's configuration is made of: the daemon loads
@@ -113,6 +127,12 @@ type Request struct {
 	Stream bool `json:"stream,omitempty"`
 	// CanAsk says the caller answers approval questions (a terminal).
 	CanAsk bool `json:"can_ask,omitempty"`
+	// Target is the key of the environment a fork makes; Name a
+	// checkpoint's name; Backend the backend whose checkpoints are listed
+	// or removed ("" for every one, or the configured one).
+	Target  string `json:"target,omitempty"`
+	Name    string `json:"name,omitempty"`
+	Backend string `json:"backend,omitempty"`
 	// Quick says the caller has not read the configuration (the berth
 	// front binary): the daemon loads it from Inputs, and answers with
 	// Reply.Fallback, running nothing, when the configuration cannot be
@@ -125,12 +145,17 @@ type Request struct {
 // Reply is the payload of a result frame. Which fields each operation
 // sets:
 //
-//	op      Result                   Tail Notes Cwd Backend Status Exit ExitMessage Fallback Warnings
-//	run     terminal.Result          yes  yes   yes yes     -      yes  yes         Quick    Quick
-//	meta    the process tool's reply -    yes   -   yes     -      -    -           -        -
-//	env     -                        -    yes   yes yes     -      -    -           -        -
-//	status  -                        -    -     -   -       yes    -    -           -        -
-//	stop    -                        -    -     -   -       -      -    -           -        -
+//	op          Result                   Tail Notes Cwd Backend Status Exit ExitMessage Fallback Warnings
+//	run         terminal.Result          yes  yes   yes yes     -      yes  yes         Quick    Quick
+//	meta        the process tool's reply -    yes   -   yes     -      -    -           -        -
+//	env         -                        -    yes   yes yes     -      -    -           -        -
+//	status      -                        -    -     -   -       yes    -    -           -        -
+//	stop        -                        -    -     -   -       -      -    -           -        -
+//	fork        manager.ForkResult       -    yes   yes yes     -      -    -           -        -
+//	checkpoint  manager.CheckpointInfo   -    -     -   yes     -      -    -           -        -
+//	restore     manager.RestoreResult    -    yes   yes yes     -      -    -           -        -
+//	checkpoints []manager.CheckpointInfo -    yes   -   -       -      -    -           -        -
+//	rm-checkpoint {}                     -    -     -   yes     -      -    -           -        -
 //
 // Error (with Code) replaces all of them when the request could not be
 // served, and is the whole reply of a refused connection.
@@ -215,6 +240,20 @@ type Frame struct {
 	Answer   string          `json:"a,omitempty"`
 	Err      string          `json:"err,omitempty"`
 	Reply    *Reply          `json:"reply,omitempty"`
+	// Progress is how far a long step got (progress).
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress is a backend.Event on the wire: how far a long step (a copy of
+// an environment's files) has got.
+type Progress struct {
+	Step    string        `json:"step"`
+	Done    int64         `json:"done,omitempty"`
+	Total   int64         `json:"total,omitempty"`
+	Unit    string        `json:"unit,omitempty"`
+	End     bool          `json:"end,omitempty"`
+	Err     string        `json:"err,omitempty"`
+	Elapsed time.Duration `json:"elapsed_ns,omitempty"`
 }
 
 // Status describes a running daemon.

@@ -94,7 +94,7 @@ func lookupCheck(name string) (check, bool) {
 // command, rather than a program's checker: writes through redirections,
 // fork bombs, and what it cannot follow.
 var scannerRules = []string{"dynamic-command", "dynamic-unchecked", "too-large", "unparsed", "too-deep", "fork-bomb", "disk-write", "sysrq",
-	"write-etc", "write-ssh", "write-shell-rc", "write-netrc", "write-dotenv", "write-berth-config", "berth-env"}
+	"write-etc", "write-ssh", "write-shell-rc", "write-netrc", "write-dotenv", "write-berth-config", "write-git-hooks", "write-git-config", "berth-env"}
 
 // command checks one simple command.
 func (s *scanner) command(argv []arg, io ioInfo, redir string) {

@@ -14,6 +14,11 @@ type Context struct {
 	// the environment's commands write (workspace confinement): a write or
 	// removal anywhere else fails however the command is spelled.
 	Writable []string
+	// Protected, under workspace confinement, lists paths inside the
+	// writable trees that the kernel keeps read-only all the same (berth's
+	// home and configuration, a repository's .git/hooks and .git/config):
+	// a write to one, or under one, fails however it is spelled.
+	Protected []string
 	// SignalsConfined is true when the kernel stops the environment's
 	// commands from signalling processes outside it.
 	SignalsConfined bool

@@ -11,7 +11,7 @@ func fetchChecks() map[string]check {
 }
 
 // writeRules are the rules a write to a file can report (sensitiveWrite).
-var writeRules = []string{"disk-write", "sysrq", "write-etc", "write-ssh", "write-shell-rc", "write-netrc", "write-dotenv", "write-berth-config"}
+var writeRules = []string{"disk-write", "sysrq", "write-etc", "write-ssh", "write-shell-rc", "write-netrc", "write-dotenv", "write-berth-config", "write-git-hooks", "write-git-config"}
 
 var fetchers = map[string]bool{"curl": true, "wget": true, "fetch": true, "aria2c": true}
 

@@ -367,6 +367,9 @@ func (s *scanner) sensitiveWrite(p string) string {
 		}
 	}
 	base := path.Base(p)
+	if id := gitWrite(parts); id != "" {
+		return id
+	}
 	switch {
 	case shellRCFiles[base]:
 		return "write-shell-rc"
@@ -376,6 +379,30 @@ func (s *scanner) sensitiveWrite(p string) string {
 		return "write-netrc"
 	case (base == ".env" || strings.HasPrefix(base, ".env.")) && !dotenvTemplates[base]:
 		return "write-dotenv"
+	}
+	return ""
+}
+
+// gitWrite returns the rule for a write into a repository's git
+// directory that git later acts on as the user (write-git-hooks,
+// write-git-config), or "". parts is the path split at "/". The git
+// directory of a submodule or a linked worktree (.git/modules/NAME,
+// .git/worktrees/NAME) has hooks and config of its own.
+func gitWrite(parts []string) string {
+	for i, c := range parts {
+		if c != ".git" {
+			continue
+		}
+		rest := parts[i+1:]
+		for len(rest) >= 2 && (rest[0] == "modules" || rest[0] == "worktrees") {
+			rest = rest[2:]
+		}
+		switch {
+		case len(rest) >= 1 && rest[0] == "hooks":
+			return "write-git-hooks"
+		case len(rest) == 1 && (rest[0] == "config" || rest[0] == "config.worktree" || rest[0] == "commondir"):
+			return "write-git-config"
+		}
 	}
 	return ""
 }

@@ -74,6 +74,8 @@ var rules = []Rule{
 	{"write-shell-rc", Dangerous, "writing a shell startup file (~/.bashrc, ~/.profile, ~/.zshrc ...) runs code in every future shell"},
 	{"write-netrc", Dangerous, "~/.netrc holds login credentials for remote hosts"},
 	{"write-dotenv", Dangerous, ".env files hold secrets and configuration"},
+	{"write-git-hooks", Dangerous, "a repository's hooks run as the user at their next git commit, merge or checkout, outside any confinement"},
+	{"write-git-config", Dangerous, "a repository's .git/config can name programs git runs (core.fsmonitor, core.hooksPath, aliases, filters) at the user's next git command"},
 	{"link-sensitive", Dangerous, "a link to berth's files, ~/.ssh, a shell startup file, the home or a system directory lets later writes and removals through the link reach it"},
 	{"write-berth-config", Dangerous, "berth's own configuration, .env and state decide what berth allows and where it runs"},
 	{"nested-berth", Dangerous, "a nested berth runs commands under approvals of its own (and can stop or remove berth's environments)"},

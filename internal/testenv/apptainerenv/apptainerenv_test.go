@@ -553,6 +553,26 @@ func TestOverlayImage(t *testing.T) {
 	}
 }
 
+// TestStopWaitsForTheMonitor: instance stop returns once the instance is
+// wholly gone, its monitor too, so the same image overlay can be started
+// again at once (Apptainer: write, stop, start reads the file back). The
+// monitor is made to linger 3 s after the instance ended, longer than the
+// stand-in used to wait for it, as a monitor on a loaded machine may.
+func TestStopWaitsForTheMonitor(t *testing.T) {
+	Require(t)
+	img := SIF(t)
+	t.Setenv("APPTAINERENV_MONITOR_LINGER", "3s")
+	ovImg := filepath.Join(t.TempDir(), "ov.img")
+	ok(t, "overlay", "create", "--size", "64", ovImg)
+	startInstance(t, img, "linger", "--containall", "--no-home", "--overlay", ovImg)
+	ok(t, "exec", "--pwd", "/", "instance://linger", "sh", "-c", "echo kept > /root/k.txt")
+	ok(t, "instance", "stop", "linger")
+	startInstance(t, img, "linger", "--containall", "--no-home", "--overlay", ovImg)
+	if r := ok(t, "exec", "--pwd", "/", "instance://linger", "cat", "/root/k.txt"); r.stdout != "kept\n" {
+		t.Errorf("after stop and start: %q", r.stdout)
+	}
+}
+
 func TestLimits(t *testing.T) {
 	Require(t)
 	img := SIF(t)

@@ -103,11 +103,47 @@ type Faults struct {
 	// than 55s"); the request carries a timeout (SandboxSnapshotFsRequest
 	// .timeout) and the result a status.
 	SnapshotDelay Jitter
+
+	// SnapshotInterrupted is the probability (fault.Chance) that a
+	// sandbox ends (TERMINATED, as from the dashboard, by its lifetime or
+	// an OOM) just as its filesystem snapshot is asked for: the snapshot
+	// then fails as a snapshot of a finished sandbox does, nothing is
+	// kept, and the sandbox's files are gone. Off in Realistic: no client
+	// keeps files its sandbox lost, so a suite cannot pass under it; it
+	// is for tests of the error a client gives.
+	//
+	// Source: Modal's guide "Sandbox Exit Snapshots"
+	// (modal.com/docs/guide/sandbox-exit-snapshots): exit snapshots exist
+	// for a sandbox that is gone, because snapshot_filesystem needs a
+	// running one, and to avoid "races between your own teardown and an
+	// in-flight manual snapshot"; modal-go v0.7.3 sandbox.go
+	// SnapshotFilesystem turns a result that is not a success into
+	// ExecutionError "Sandbox snapshot failed: ...".
+	SnapshotInterrupted float64
+
+	// SnapshotTTL: a filesystem snapshot's image is gone this long
+	// (drawn per snapshot) after it was taken, as a hard cutoff: its id
+	// is then unknown (ImageFromId, SandboxCreate and ImageDelete answer
+	// NotFound, "Image '...' not found") and its content removed. Off
+	// in Realistic: Modal's guide gives filesystem snapshots taken
+	// without a TTL (modal-go v0.7.3 sends none) indefinite retention.
+	//
+	// Source: libmodal modal-js/src/sandbox.ts
+	// SandboxSnapshotFilesystemParams.ttlMs ("Lifetime of the resulting
+	// image ..., as a hard cutoff measured from creation. Defaults to 30
+	// days") and the later modal-go Sandbox.SnapshotFilesystem docs ("If
+	// params is nil, the resulting image is retained for 30 days"); the
+	// guide's retention table (modal.com/docs/guide/sandbox-snapshots:
+	// "Filesystem Snapshot | Indefinite (until explicitly deleted)");
+	// modal-go v0.7.3 test/image_test.go TestImageDelete ("Image .+ not
+	// found" for a deleted and for an unknown id).
+	SnapshotTTL Jitter
 }
 
-// Realistic returns every fault on, with small random delays: what a test
-// of "berth on the real Modal" runs against. Delays stay under a second
-// so that a suite run against it stays fast and bounded.
+// Realistic returns every fault a client can live through on, with small
+// random delays: what a test of "berth on the real Modal" runs against.
+// Delays stay under a second so that a suite run against it stays fast
+// and bounded. SnapshotInterrupted and SnapshotTTL stay off (see them).
 func Realistic() Faults {
 	return Faults{
 		SchedulingDelay: Jitter{Min: 100 * time.Millisecond, Max: 700 * time.Millisecond},
@@ -372,6 +408,12 @@ func (f Faults) String() string {
 	}
 	if f.SnapshotDelay.On() {
 		on = append(on, "snapshot delay "+f.SnapshotDelay.String())
+	}
+	if f.SnapshotInterrupted > 0 {
+		on = append(on, fmt.Sprintf("snapshots interrupted %.0f%%", f.SnapshotInterrupted*100))
+	}
+	if f.SnapshotTTL.On() {
+		on = append(on, "snapshot lifetime "+f.SnapshotTTL.String())
 	}
 	if len(on) == 0 {
 		return "none"

@@ -22,6 +22,7 @@ type image struct {
 	ref      string // what Docker knows it by: a tag, or an image id for snapshots
 	tag      string // the registry tag it was built from ("" for snapshots)
 	snapshot bool
+	expires  time.Time // when a snapshot's lifetime ends (Faults.SnapshotTTL); zero: never
 }
 
 // pullTimeout bounds a pull of an image the daemon does not have.
@@ -120,6 +121,7 @@ func drainPull(r io.Reader) []error {
 
 // imageByID finds an image that can still be used; NotFound otherwise.
 func (s *Server) imageByID(ctx context.Context, id string) (*image, error) {
+	s.expireImages(ctx)
 	s.mu.Lock()
 	img, ok := s.images[id]
 	s.mu.Unlock()
@@ -148,6 +150,7 @@ func (c *control) ImageFromId(ctx context.Context, req *pb.ImageFromIdRequest) (
 // daemon; a registry image is only forgotten (the registry keeps it).
 func (c *control) ImageDelete(ctx context.Context, req *pb.ImageDeleteRequest) (*emptypb.Empty, error) {
 	s := c.s
+	s.expireImages(ctx)
 	s.mu.Lock()
 	img, ok := s.images[req.GetImageId()]
 	if ok {
@@ -161,9 +164,9 @@ func (c *control) ImageDelete(ctx context.Context, req *pb.ImageDeleteRequest) (
 		return nil, status.Errorf(codes.NotFound, "Image '%s' not found", req.GetImageId())
 	}
 	if img.snapshot {
-		if _, err := s.docker.ImageRemove(ctx, img.ref, client.ImageRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			s.log.Warn("modalfake: remove snapshot image", "image", img.id, "err", err)
-		}
+		// A sandbox made from it runs on (its content goes with the last
+		// one, dropDeletedImage).
+		s.removeImageContent(ctx, img.ref)
 	}
 	return &emptypb.Empty{}, nil
 }

@@ -48,8 +48,10 @@
 // with the source that says it does so): a scheduling delay during which a
 // new sandbox has no task id, lifetimes that end early, rate limits with a
 // retry delay, transient UNAVAILABLE failures and broken output streams, a
-// command router that stops answering once its sandbox is gone, and slow
-// snapshots. Realistic turns all of them on with small random delays, drawn
+// command router that stops answering once its sandbox is gone, slow
+// snapshots, sandboxes that end as they are snapshotted, and snapshot
+// images whose lifetime ends (snapshots.go). Realistic turns those a client
+// can live through on with small random delays, drawn
 // from a seed that the start line logs and BERTH_FAKE_SEED gives back
 // (package fault); Inject fails the next calls of one method
 // deterministically, for tests.
@@ -172,6 +174,8 @@ type Server struct {
 	// nSandboxes counts the sandboxes created: their numbers, which name
 	// them in their fault streams.
 	nSandboxes int
+	// hold, when set, holds snapshots in progress (HoldSnapshots).
+	hold *snapshotHold
 
 	faults faults
 }

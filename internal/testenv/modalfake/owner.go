@@ -69,10 +69,28 @@ func (s *Server) removeLeftovers(ctx context.Context, instance string) error {
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("modalfake: list images of %s: %w", instance, err))...)
 	}
+	// A snapshot of a sandbox made from a snapshot is its child: the
+	// daemon removes a parent only after its children, in whatever order
+	// the list came, so each pass removes what it can until one makes no
+	// progress.
+	left := make([]string, 0, len(imgs.Items))
 	for _, im := range imgs.Items {
-		if _, err := s.docker.ImageRemove(ctx, im.ID, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("modalfake: remove image %s: %w", im.ID, err))
+		left = append(left, im.ID)
+	}
+	for len(left) > 0 {
+		var again []string
+		var failed []error
+		for _, id := range left {
+			if _, err := s.docker.ImageRemove(ctx, id, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+				again = append(again, id)
+				failed = append(failed, fmt.Errorf("modalfake: remove image %s: %w", id, err))
+			}
 		}
+		if len(again) == len(left) {
+			errs = append(errs, failed...)
+			break
+		}
+		left = again
 	}
 	return errors.Join(errs...)
 }

@@ -39,6 +39,7 @@ type sandbox struct {
 	env         string
 	name        string
 	imageID     string
+	image       image // what imageID was when the sandbox was created
 	def         *pb.Sandbox
 	created     time.Time // when SandboxCreate arrived: the lifetime counts from here
 	containerID string
@@ -285,6 +286,7 @@ func (s *Server) createSandbox(ctx context.Context, appID string, def *pb.Sandbo
 		env:         env,
 		name:        def.GetName(),
 		imageID:     img.id,
+		image:       *img,
 		def:         proto.Clone(def).(*pb.Sandbox),
 		created:     arrived,
 		scheduledAt: arrived.Add(maxTimeout), // set when SandboxCreate answers
@@ -545,6 +547,7 @@ func (s *Server) finish(sb *sandbox, res *pb.GenericResult) bool {
 		}
 		cancel()
 	}
+	s.dropDeletedImage(sb)
 	for _, e := range execs {
 		e.exited(nil, ptr32(9)) // killed with the container, unless it had exited
 	}
@@ -771,6 +774,9 @@ func (c *control) SandboxSnapshotFs(ctx context.Context, req *pb.SandboxSnapshot
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(float64(t)*float64(time.Second)))
 		defer cancel()
 	}
+	if resp, err := s.beforeSnapshot(ctx, sb); resp != nil || err != nil {
+		return resp, err
+	}
 	// A large filesystem takes a while (Faults.SnapshotDelay); the
 	// sandbox may finish meanwhile.
 	if d := s.draw("snapshot delay "+sb.ident(), s.current().SnapshotDelay); d > 0 {
@@ -821,8 +827,9 @@ func (c *control) SandboxSnapshotFs(ctx context.Context, req *pb.SandboxSnapshot
 			Result: result(pb.GenericResult_GENERIC_STATUS_FAILURE, 0, "snapshot failed: "+err.Error()),
 		}.Build(), nil
 	}
+	expires := s.snapshotExpiry(sb)
 	s.mu.Lock()
-	s.images[id] = &image{id: id, ref: cr.ID, snapshot: true}
+	s.images[id] = &image{id: id, ref: cr.ID, snapshot: true, expires: expires}
 	s.mu.Unlock()
 	s.log.Info("modalfake: snapshot", "sandbox", sb.id, "image", id, "docker_image", cr.ID)
 	return pb.SandboxSnapshotFsResponse_builder{

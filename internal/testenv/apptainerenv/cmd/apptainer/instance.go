@@ -103,7 +103,7 @@ func loadInstances(pattern string) ([]*instanceState, error) {
 			continue
 		}
 		if !s.alive() {
-			os.RemoveAll(filepath.Dir(f))
+			removeState(name, s.PID)
 			continue
 		}
 		out = append(out, &s)
@@ -118,11 +118,45 @@ func findInstance(name string) (*instanceState, error) {
 		return nil, fmt.Errorf("no instance found with name %s", name)
 	}
 	var s instanceState
-	if err := json.Unmarshal(data, &s); err != nil || !s.alive() {
-		os.RemoveAll(filepath.Dir(instanceFile(name)))
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("no instance found with name %s", name)
+	}
+	if !s.alive() {
+		removeState(name, s.PID)
 		return nil, fmt.Errorf("no instance found with name %s", name)
 	}
 	return &s, nil
+}
+
+// stateLock locks the state of instance name, so that writing it and
+// removing it never interleave: every command (start, exec, list, stop)
+// and every instance's monitor may remove the state of a dead instance,
+// and a new instance of the same name may be writing its own at that
+// moment. The lock file lies beside the instance's directory, so removing
+// the directory never removes a lock someone holds.
+func stateLock(name string) (*os.File, error) {
+	if err := os.MkdirAll(instanceBase(), 0o755); err != nil {
+		return nil, err
+	}
+	return flock(filepath.Join(instanceBase(), "."+name+".lock"), false)
+}
+
+// removeState removes the state of instance name if it still describes
+// the instance whose init was pid (or there is none): the state of a new
+// instance started under the same name since is left alone.
+func removeState(name string, pid int) {
+	if l, err := stateLock(name); err == nil {
+		defer l.Close()
+	}
+	f := instanceFile(name)
+	if data, err := os.ReadFile(f); err == nil {
+		var s instanceState
+		if json.Unmarshal(data, &s) == nil && s.PID != pid {
+			return
+		}
+	}
+	os.Remove(f)
+	os.Remove(filepath.Dir(f)) // only when empty: a start may be writing its state
 }
 
 const startUsage = "instance start [start options...] <container path> <instance name> [startscript args...]"
@@ -474,8 +508,7 @@ func monitorMain() int {
 		defer removeCgroups(dirs)
 	}
 	data, _ := json.MarshalIndent(&state, "", "\t")
-	tmp := spec.StateFile + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil || os.Rename(tmp, spec.StateFile) != nil {
+	if err := writeState(spec.Name, spec.StateFile, data); err != nil {
 		syscall.Kill(info.ChildPID, syscall.SIGKILL)
 		cmd.Wait()
 		return failf("while writing instance state %s: %v", spec.StateFile, err)
@@ -490,15 +523,33 @@ func monitorMain() int {
 		}
 	}()
 	cmd.Wait()
+	// A test's knob, not Apptainer's: the monitor lingers this long after
+	// the instance ended, holding its locks, as a monitor of a busy
+	// machine may take a while to unmount and exit.
+	if d, err := time.ParseDuration(os.Getenv(lingerVar)); err == nil && d > 0 {
+		time.Sleep(d)
+	}
 	// Remove the state only if it is still ours (a new instance of the same
 	// name may have been started after a forced stop).
-	if cur, err := os.ReadFile(spec.StateFile); err == nil {
-		var s instanceState
-		if json.Unmarshal(cur, &s) == nil && s.PID == state.PID {
-			os.RemoveAll(filepath.Dir(spec.StateFile))
-		}
-	}
+	removeState(spec.Name, state.PID)
 	return 0
+}
+
+// writeState writes an instance's state file atomically, under its lock.
+func writeState(name, file string, data []byte) error {
+	l, err := stateLock(name)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, file)
 }
 
 // appinitReexec is the first process inside an instance, started by bwrap
@@ -602,21 +653,39 @@ func instanceStopCmd(args []string) error {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
-		// The monitor removes the state and the cgroups; wait for it
-		// briefly so a following start of the same name finds it gone.
-		for i := 0; i < 200; i++ {
-			if _, err := os.Stat(instanceFile(s.Name)); err != nil {
-				break
-			}
-			if _, ok := procStartTime(s.PPID); !ok {
-				os.RemoveAll(filepath.Dir(instanceFile(s.Name)))
-				removeCgroups(s.Cgroups)
-				break
-			}
+		// As Apptainer's stop, return once the instance is wholly gone:
+		// its monitor holds the overlay image's lock and removes the
+		// state and the cgroups, and a start of the same overlay right
+		// after the stop must find the image free (apptainer-facts.md:
+		// write, stop, start reads the file back). A monitor still there
+		// after the timeout is killed, and its leftovers removed here.
+		deadline = time.Now().Add(time.Duration(*timeout) * time.Second)
+		for monitorAlive(s.PPID) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
+		}
+		if monitorAlive(s.PPID) {
+			syscall.Kill(s.PPID, syscall.SIGKILL)
+			for i := 0; i < 500 && monitorAlive(s.PPID); i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		if !monitorAlive(s.PPID) {
+			removeState(s.Name, s.PID)
+			removeCgroups(s.Cgroups)
 		}
 	}
 	return nil
+}
+
+// lingerVar names the stand-in's test knob: how long an instance's
+// monitor lingers after the instance ended (a Go duration).
+const lingerVar = "APPTAINERENV_MONITOR_LINGER"
+
+// monitorAlive reports whether pid, an instance's monitor, still runs (a
+// zombie does not).
+func monitorAlive(pid int) bool {
+	_, ok := procStartTime(pid)
+	return ok
 }
 
 func parseSignal(s string) (syscall.Signal, bool) {
