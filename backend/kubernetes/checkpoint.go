@@ -210,13 +210,13 @@ func (b *Backend) copyCheckpoint(ctx context.Context, cp *backend.Checkpoint) er
 			return fmt.Errorf("kubernetes: checkpoint: %w", err)
 		}
 	}
+	// The archive is read out of the environment's pod while the helper
+	// that mounts the claim starts.
 	helper := b.helperObject(object+"-w", object, cp.Name,
 		corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: object}}, false)
-	if err := b.startHelper(ctx, helper); err != nil {
-		return fmt.Errorf("kubernetes: checkpoint: %w", err)
-	}
 	defer b.removeHelper(helper.Name)
-	n, err := b.copyTree(ctx, endpoint{pod: b.PodName(), base: "/"}, endpoint{pod: helper.Name, base: checkpointDir}, false)
+	n, err := b.copyTree(ctx, endpoint{pod: b.PodName(), base: "/"}, endpoint{pod: helper.Name, base: checkpointDir,
+		ready: func(ctx context.Context) error { return b.startHelper(ctx, helper) }}, false)
 	if err != nil {
 		return fmt.Errorf("kubernetes: checkpoint of %s: %w", b.set.Key, err)
 	}
@@ -373,8 +373,9 @@ func (b *Backend) ensureFrom(ctx context.Context, cp *backend.Checkpoint) (types
 		return uid, err
 	}
 	// A copy: a helper that mounts the checkpoint starts while the
-	// environment's pod does, and the files are copied as soon as both
-	// containers have started, while the pod's status catches up.
+	// environment's pod does; the archive is read out of the helper as
+	// soon as it has started, and extracted as soon as the environment's
+	// container has, while the pod's status catches up.
 	cctx, cancelCopy := context.WithCancel(ctx)
 	defer cancelCopy()
 	helper := b.helperObject(src.object+"-r-"+newNonce()[:6], src.object, cp.Name, src.volume(), true)
@@ -385,17 +386,17 @@ func (b *Backend) ensureFrom(ctx context.Context, cp *backend.Checkpoint) (types
 	}
 	copyDone := make(chan copied, 1)
 	go func() {
-		helperErr := make(chan error, 1)
-		go func() { helperErr <- b.startHelper(cctx, helper) }()
-		podUID, err := b.waitStarted(cctx, PodName(b.set.Key), "")
-		if herr := <-helperErr; err == nil && herr != nil {
-			err = fmt.Errorf("kubernetes: restore checkpoint %s: %w", src.object, herr)
-		}
+		var podUID types.UID
+		err := b.startHelper(cctx, helper)
 		if err == nil {
-			_, err = b.copyTree(cctx, endpoint{pod: helper.Name, base: checkpointDir}, endpoint{pod: PodName(b.set.Key), base: "/"}, true)
-			if err != nil {
-				err = fmt.Errorf("kubernetes: restore checkpoint %s into %s: %w", src.object, b.set.Key, err)
-			}
+			_, err = b.copyTree(cctx, endpoint{pod: helper.Name, base: checkpointDir}, endpoint{pod: PodName(b.set.Key), base: "/",
+				ready: func(ctx context.Context) (err error) {
+					podUID, err = b.waitStarted(ctx, PodName(b.set.Key), "")
+					return err
+				}}, true)
+		}
+		if err != nil {
+			err = fmt.Errorf("kubernetes: restore checkpoint %s into %s: %w", src.object, b.set.Key, err)
 		}
 		copyDone <- copied{podUID, err}
 	}()

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -50,6 +51,7 @@ func TestCheckpoint(t *testing.T) {
 		{"Empty", testCheckpointEmpty},
 		{"CopyWipesOnRestore", testCopyWipes},
 		{"CopyWithoutSPDY", testCopyWithoutSPDY},
+		{"CopyDestinationNeverReady", testCopyNeverReady},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -399,6 +401,53 @@ func testCopyWipes(t *testing.T, f *fixture) {
 		}
 		if out, _ := run(t, into, "ls -A /root /workspace"); out != want {
 			t.Errorf("after a copy with wipe %v: %q, want %q", wipe, out, want)
+		}
+	}
+}
+
+// The copy reads the source's archive while the destination's pod starts
+// (the read-ahead at most); a destination that never becomes ready fails
+// the copy with its own error (not as an extraction's), and ends the
+// source's exec, which had more than the read-ahead to give.
+func testCopyNeverReady(t *testing.T, f *fixture) {
+	opts := f.options(t, func(c *config.Terminal) { c.ContainerMemory = 256 + readAhead>>20 })
+	from := newBackend(t, opts)
+	if out, code := run(t, from, fmt.Sprintf("head -c %d /dev/urandom > /workspace/big", readAhead+(8<<20))); code != 0 {
+		t.Fatal(out)
+	}
+	never := errors.New("the helper did not start")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n, err := from.copyTree(ctx, endpoint{pod: from.PodName(), base: "/"}, endpoint{pod: "no-such-pod", base: "/",
+		ready: func(ctx context.Context) error {
+			// The source's tar runs, and has a while to fill the
+			// read-ahead.
+			for d := 10 * time.Millisecond; ; time.Sleep(d) {
+				if out, _ := run(t, from, "pidof tar >/dev/null && echo running"); out == "running\n" {
+					break
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+			}
+			time.Sleep(3 * time.Second)
+			return never
+		}}, false)
+	if !errors.Is(err, never) || strings.Contains(err.Error(), "extract") {
+		t.Fatalf("copyTree: %d bytes, %v; want the destination's error as it is", n, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("copyTree returned only at its deadline")
+	}
+	if n == 0 || n > readAhead+(1<<20) {
+		t.Errorf("%d bytes read while the destination was not ready; want some, the read-ahead (%d) at most", n, readAhead)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if out, _ := run(t, from, "pidof tar || echo none"); out == "none\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the source's tar still runs 30 s after the copy failed")
 		}
 	}
 }

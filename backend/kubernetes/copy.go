@@ -95,11 +95,23 @@ printf 'berth-exit %d\n' "$s" >&2
 type endpoint struct {
 	pod  string
 	base string
+	// ready, on the destination, waits until its pod can run the
+	// extraction (its container has started); nil when it can now. The
+	// source's archive is read meanwhile, readAhead bytes at most.
+	ready func(context.Context) error
 }
+
+// readAhead bounds what a copy holds in memory: what the source has
+// archived and the destination not yet taken, while the destination's pod
+// starts or when it is slower than the source.
+const readAhead = 64 << 20
 
 // copyTree copies root and workspace from one pod to another through two
 // exec streams, and returns the size of the archive. With wipe the
-// destination's are emptied first. Both execs start at once; the
+// destination's are emptied first. The source's exec starts at once, the
+// destination's as soon as its pod is ready (to.ready): what the source
+// archived meanwhile waits in memory (readAhead at most), so that the
+// copy out of the source overlaps the start of the destination's pod. The
 // destination learns from the first bytes whether there is anything to
 // extract. A failure on either side ends the other.
 func (b *Backend) copyTree(ctx context.Context, from, to endpoint, wipe bool) (int64, error) {
@@ -107,7 +119,8 @@ func (b *Backend) copyTree(ctx context.Context, from, to endpoint, wipe bool) (i
 	defer cancelSrc()
 	dstCtx, cancelDst := context.WithCancel(ctx)
 	defer cancelDst()
-	pr, pw := io.Pipe()
+	pipe := newAheadPipe(readAhead)
+	pr, pw := aheadReader{pipe}, aheadWriter{pipe}
 	var n atomic.Int64
 	type result struct {
 		code   int
@@ -133,10 +146,22 @@ func (b *Backend) copyTree(ctx context.Context, from, to endpoint, wipe bool) (i
 	if wipe {
 		wipeArg = "1"
 	}
-	var out bytes.Buffer
-	code, stderr, derr := b.execScript(dstCtx, to.pod, tarInScript, []string{to.base, wipeArg}, &announce{r: pr}, &cappedWriter{buf: &out, max: 4 << 10})
-	if derr == nil && code != 0 {
-		derr = fmt.Errorf("tar in pod %s exited with status %d: %s", to.pod, code, strings.TrimSpace(stderr+out.String()))
+	var (
+		out      bytes.Buffer
+		code     int
+		stderr   string
+		derr     error
+		notReady bool
+	)
+	if to.ready != nil {
+		derr = to.ready(dstCtx)
+		notReady = derr != nil
+	}
+	if derr == nil {
+		code, stderr, derr = b.execScript(dstCtx, to.pod, tarInScript, []string{to.base, wipeArg}, &announce{r: pr}, &cappedWriter{buf: &out, max: 4 << 10})
+		if derr == nil && code != 0 {
+			derr = fmt.Errorf("tar in pod %s exited with status %d: %s", to.pod, code, strings.TrimSpace(stderr+out.String()))
+		}
 	}
 	if derr != nil {
 		cancelSrc()
@@ -156,11 +181,126 @@ func (b *Backend) copyTree(ctx context.Context, from, to endpoint, wipe bool) (i
 	if src.err != nil && !cancelledByDst {
 		return n.Load(), src.err
 	}
+	if notReady {
+		return n.Load(), derr
+	}
 	if derr != nil {
 		return n.Load(), fmt.Errorf("kubernetes: extract into pod %s: %w", to.pod, derr)
 	}
 	return n.Load(), nil
 }
+
+// aheadPipe is io.Pipe with a buffer: a write returns once its bytes are
+// kept (max bytes at most are kept; a write past that waits for the
+// reader), a read takes what is kept. Closing the write side lets the
+// reader take what is kept, then its error (io.EOF); closing the read
+// side drops what is kept and fails the writes with its error.
+type aheadPipe struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	chunks [][]byte
+	size   int
+	max    int
+	werr   error // the write side's close: io.EOF or the writer's error
+	rerr   error // the read side's close
+}
+
+func newAheadPipe(max int) *aheadPipe {
+	p := &aheadPipe{max: max}
+	p.cond.L = &p.mu
+	return p
+}
+
+func (p *aheadPipe) write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for len(b) > 0 {
+		for p.rerr == nil && p.werr == nil && p.size >= p.max {
+			p.cond.Wait()
+		}
+		if p.rerr != nil {
+			return n, p.rerr
+		}
+		if p.werr != nil {
+			return n, io.ErrClosedPipe
+		}
+		k := min(len(b), p.max-p.size)
+		p.chunks = append(p.chunks, bytes.Clone(b[:k]))
+		p.size += k
+		n += k
+		b = b[k:]
+		p.cond.Broadcast()
+	}
+	return n, nil
+}
+
+func (p *aheadPipe) read(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.chunks) == 0 && p.werr == nil && p.rerr == nil {
+		p.cond.Wait()
+	}
+	switch {
+	case p.rerr != nil:
+		return 0, io.ErrClosedPipe
+	case len(p.chunks) == 0:
+		return 0, p.werr
+	case len(b) == 0:
+		return 0, nil
+	}
+	n := copy(b, p.chunks[0])
+	if n == len(p.chunks[0]) {
+		p.chunks[0] = nil
+		p.chunks = p.chunks[1:]
+	} else {
+		p.chunks[0] = p.chunks[0][n:]
+	}
+	p.size -= n
+	p.cond.Broadcast()
+	return n, nil
+}
+
+// closeWrite ends the write side with err (nil: io.EOF).
+func (p *aheadPipe) closeWrite(err error) {
+	if err == nil {
+		err = io.EOF
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.werr == nil {
+		p.werr = err
+	}
+	p.cond.Broadcast()
+}
+
+// closeRead ends the read side with err (nil: io.ErrClosedPipe).
+func (p *aheadPipe) closeRead(err error) {
+	if err == nil {
+		err = io.ErrClosedPipe
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rerr == nil {
+		p.rerr = err
+		p.chunks, p.size = nil, 0
+	}
+	p.cond.Broadcast()
+}
+
+// aheadReader and aheadWriter are the two sides of an aheadPipe, as
+// io.PipeReader and io.PipeWriter are.
+type (
+	aheadReader struct{ p *aheadPipe }
+	aheadWriter struct{ p *aheadPipe }
+)
+
+func (r aheadReader) Read(b []byte) (int, error)     { return r.p.read(b) }
+func (r aheadReader) Close() error                   { r.p.closeRead(nil); return nil }
+func (r aheadReader) CloseWithError(err error) error { r.p.closeRead(err); return nil }
+func (w aheadWriter) Write(b []byte) (int, error)    { return w.p.write(b) }
+func (w aheadWriter) Close() error                   { w.p.closeWrite(nil); return nil }
+func (w aheadWriter) CloseWithError(err error) error { w.p.closeWrite(err); return nil }
 
 // changedWhileRead reports GNU tar's exit status 1 for files that changed
 // while it read them (a log a background process writes): the archive is
