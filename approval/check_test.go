@@ -40,7 +40,7 @@ func TestCasesThroughPolicy(t *testing.T) {
 	manual, off := DefaultPolicy(), mustPolicy(t, "off", nil, nil)
 	for _, c := range testCases(t) {
 		ctx := testCtx
-		ctx.Names, ctx.BerthPIDs, ctx.PPID, ctx.Definitions = c.Names, c.BerthPIDs, c.PPID, c.Definitions
+		ctx.Names, ctx.BerthPIDs, ctx.PPID, ctx.Definitions, ctx.IFS = c.Names, c.BerthPIDs, c.PPID, c.Definitions, c.IFS
 		for _, p := range []*Policy{manual, off} {
 			v := p.Check(c.Cmd, ctx)
 			want := c.Want

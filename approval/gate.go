@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -217,6 +218,9 @@ type Gate struct {
 	mu       sync.Mutex
 	policy   *Policy
 	sessions map[string]map[string]bool
+
+	// verdicts are the policy's verdicts on the commands checked so far.
+	verdicts verdictCache
 }
 
 // NewGate returns a gate for p (nil means DefaultPolicy).
@@ -246,6 +250,7 @@ func (g *Gate) SetPolicy(p *Policy) {
 	g.mu.Lock()
 	g.policy = p
 	g.mu.Unlock()
+	g.verdicts.reset()
 }
 
 // EndSession forgets the "this session" answers of session.
@@ -270,7 +275,7 @@ func (g *Gate) Command(ctx context.Context, session, command string, c Context, 
 // that the caller's one parse serves the gate, the session and the result.
 func (g *Gate) CommandScript(ctx context.Context, session string, sc *shparse.Script, c Context, a Asker) *Decision {
 	p := g.Policy()
-	return g.decide(ctx, session, p, p.CheckScript(sc, c), c, "command", a)
+	return g.decide(ctx, session, p, g.verdicts.check(p, sc, c), c, "command", a)
 }
 
 // Write decides whether a file tool may write path, like Command.
@@ -344,7 +349,7 @@ func (g *Gate) decide(ctx context.Context, session string, p *Policy, v Verdict,
 		return g.blocked(p, v, "no one can be asked here (no MCP client with elicitation, no terminal)")
 	}
 	sess, alw, keys := scope(v.Need)
-	q := Question{Kind: kind, Subject: v.whole, Cwd: c.Cwd, Backend: c.Backend, Findings: v.Need, Timeout: g.opts.Timeout, Session: sess, Always: alw}
+	q := Question{Kind: kind, Subject: v.whole, Cwd: c.Cwd, Backend: c.Backend, Findings: slices.Clone(v.Need), Timeout: g.opts.Timeout, Session: sess, Always: alw}
 	if kind == "write" {
 		q.Subject = strings.TrimPrefix(v.whole, "write_file ")
 	}
@@ -422,6 +427,7 @@ func (g *Gate) always(session string, v Verdict, keys []string) *Decision {
 			"approved for this session; adding it to %s failed: %v", KeyAllowlist, err))
 	}
 	g.policy = next
+	g.verdicts.reset()
 	return newDecision(ApprovedAlways, ByUser, v.Need, strings.Join(keys, "\n"), "")
 }
 

@@ -30,7 +30,7 @@ func TestFloorHoldsInModeOffAndOverAllowlist(t *testing.T) {
 		n++
 		for name, p := range map[string]*Policy{"mode off": off, "allowlist *": all} {
 			for _, c := range []Context{testCtx, ssh} {
-				c.Names, c.BerthPIDs, c.PPID, c.Definitions = tc.Names, tc.BerthPIDs, tc.PPID, tc.Definitions
+				c.Names, c.BerthPIDs, c.PPID, c.Definitions, c.IFS = tc.Names, tc.BerthPIDs, tc.PPID, tc.Definitions, tc.IFS
 				v := p.Check(tc.Cmd, c)
 				if v.Action != Block || v.By != ByFloor {
 					t.Errorf("%s on %s: %s ran (%s by %q)", name, c.Backend, tc, v.Action, v.By)

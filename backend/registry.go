@@ -72,6 +72,12 @@ type Registration struct {
 	// Envs administers the environments the backend keeps beyond one berth
 	// process (containers, sandboxes). Nil for backends that keep none.
 	Envs EnvAdmin
+	// ListLags says the service's listing may not show an environment
+	// created a moment ago (an eventually consistent API): berth env rm
+	// of a key the listing lacks asks this backend by key when it is the
+	// configured one. Where a listing is exact, a key it lacks is no
+	// environment, and rm says so.
+	ListLags bool
 	// Keys are the configuration keys only this backend reads (e.g.
 	// docker_image, ssh_host), under their Hermes names. Register declares
 	// them to package config, so they work in the file, as TERMINAL_*

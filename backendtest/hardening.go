@@ -407,6 +407,16 @@ func (s *Suite) testDefinitionsAcrossCalls(t *testing.T) {
 	if r := mrun("mkdir -p " + dir + "/t && chmod 755 " + dir + "/t"); r.Error != nil || r.ExitCode != 0 {
 		t.Fatalf("set up: %+v", r)
 	}
+	// A program kept in a variable and run unquoted (B=~/.tools/x~y && $B
+	// args; a value with a character that is no plain name's): the shell
+	// reported its IFS, so berth knows the words it splits into.
+	prog := dir + "/run~" + s.tag
+	if r := mrun("printf '#!/bin/sh\\necho \"$1-$2\"\\n' >" + prog + " && chmod 755 " + prog); r.Error != nil || r.ExitCode != 0 {
+		t.Fatalf("set up: %+v", r)
+	}
+	if r := mrun("P_" + s.tag + "=" + prog + " && $P_" + s.tag + " ifs known"); r.Error != nil || r.Output != "ifs-known" || r.ExitCode != 0 {
+		t.Fatalf("a program kept in a variable and run unquoted: %+v, want ifs-known (not blocked: the shell's IFS is known)", r)
+	}
 	r := mrun("fwd_" + s.tag + " chmod -R 700 " + dir + "/t")
 	mode := mrun("stat -c %a " + dir + "/t")
 	if backend.CapabilitiesOf(env.Backend()).Isolation == backend.IsolationImage {

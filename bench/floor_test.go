@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"syscall"
 	"testing"
 	"time"
 
@@ -144,12 +145,21 @@ func benchCommand(b *testing.B, fixture func(testing.TB) *fixture) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { own.Close() })
+	// loop runs fn alone and reports, beside the wall time, this
+	// process's CPU time (all its threads, the shell excluded) and its
+	// threads' voluntary context switches (a thread that sleeps because a
+	// goroutine waits and nothing else can run) per call: a loaded machine
+	// moves them much less than the wall time.
 	loop := func(b *testing.B, fn func() error) {
+		start := usage()
 		for b.Loop() {
 			if err := fn(); err != nil {
 				b.Fatal(err)
 			}
 		}
+		end := usage()
+		b.ReportMetric(us(end.cpu-start.cpu)/float64(b.N), "cpu-µs/op")
+		b.ReportMetric(float64(end.switches-start.switches)/float64(b.N), "vcsw/op")
 	}
 	b.Run("Berth", func(b *testing.B) { loop(b, f.berth) })
 	b.Run("Terminal", func(b *testing.B) { loop(b, func() error { return bench.Run(context.Background(), f.env) }) })
@@ -167,6 +177,21 @@ func benchCommand(b *testing.B, fixture func(testing.TB) *fixture) {
 			b.ReportMetric(fl.StreamMax, "x-target")
 		}
 	})
+}
+
+// rusage is what this process has used so far: CPU time (user and
+// system) and voluntary context switches.
+type rusage struct {
+	cpu      time.Duration
+	switches int64
+}
+
+func usage() rusage {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return rusage{}
+	}
+	return rusage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), switches: ru.Nvcsw}
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

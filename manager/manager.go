@@ -138,10 +138,8 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 			// berth's own processes, which a command must not signal
 			// unasked (kill -9 $PPID ends every task's environment).
 			c.BerthPIDs = []string{strconv.Itoa(os.Getpid())}
-			if pid := env.Session().ShellPID(); pid != "" {
-				if c.PPID = approval.NativeParentPID(pid); c.PPID != "" && c.PPID != c.BerthPIDs[0] {
-					c.BerthPIDs = append(c.BerthPIDs, c.PPID)
-				}
+			if c.PPID = env.Session().ShellParent(approval.NativeParentPID); c.PPID != "" && c.PPID != c.BerthPIDs[0] {
+				c.BerthPIDs = append(c.BerthPIDs, c.PPID)
 			}
 			if c.Cwd == "" {
 				// Before its first command the shell's cwd is not known yet:
@@ -152,6 +150,9 @@ func (m *Manager) approvalContext(env *terminal.Environment, workdir string) app
 		}
 		c.Names = env.Session().Names()
 		c.Definitions = env.Session().Definitions()
+		if ifs, ok := env.Session().IFS(); ok {
+			c.IFS = &ifs
+		}
 	}
 	if workdir != "" {
 		c.Cwd = workdir

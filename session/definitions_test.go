@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/session"
 )
 
@@ -37,5 +38,43 @@ func TestDefinitionsSnapshot(t *testing.T) {
 	defs = s.Definitions()
 	if !strings.Contains(defs, "echo other") || strings.Contains(defs, "fn-$1") || strings.Contains(defs, "alias hi") {
 		t.Errorf("after a redefinition and unalias:\n%s", defs)
+	}
+}
+
+// TestIFSReported: the session knows IFS in its shell (for the approval
+// gate, which splits an unquoted value in command position at it): the
+// default before and at start, what a command set (any bytes, a multibyte
+// character), the default again once unset, and the definitions of the
+// same snapshot are still read whole after it.
+func TestIFSReported(t *testing.T) {
+	t.Run("bash", func(t *testing.T) { testIFSReported(t, newLocal(t, t.TempDir()), true) })
+	t.Run("sh", func(t *testing.T) { testIFSReported(t, noBash{newLocal(t, t.TempDir())}, false) })
+}
+
+func testIFSReported(t *testing.T, be backend.Backend, bash bool) {
+	s := session.New(be, session.Options{Grace: 500 * time.Millisecond})
+	t.Cleanup(func() { s.Close() })
+	check := func(when, want string) {
+		t.Helper()
+		got, ok := s.IFS()
+		if !ok || got != want {
+			t.Errorf("%s: IFS %q (known %v), want %q", when, got, ok, want)
+		}
+	}
+	check("before the shell starts", " \t\n")
+	for _, c := range []struct{ cmd, want string }{
+		{"true", " \t\n"},
+		{"IFS=,", ","},
+		{"IFS=$(printf '\\001:\\303\\251'); g() { :; }", "\x01:é"},
+		{"unset IFS", " \t\n"},
+		{"IFS=", ""},
+	} {
+		if _, err := s.Run(context.Background(), session.Request{Command: c.cmd}, io.Discard); err != nil {
+			t.Fatalf("%s: %v", c.cmd, err)
+		}
+		check("after "+c.cmd, c.want)
+	}
+	if bash && !strings.Contains(s.Definitions(), "g ()") {
+		t.Errorf("definitions after a snapshot with an odd IFS: %q", s.Definitions())
 	}
 }

@@ -70,12 +70,23 @@ func (f *framer) feedTail(b []byte) bool {
 			f.tail = append(f.tail, b...)
 			return false
 		}
-		f.tail = append(f.tail, b[:i]...)
-		f.got = append(f.got, string(f.tail))
-		f.tail = f.tail[:0]
+		var field string
+		if len(f.tail) == 0 {
+			field = string(b[:i]) // the whole field came in this chunk
+		} else {
+			f.tail = append(f.tail, b[:i]...)
+			field = string(f.tail)
+			f.tail = f.tail[:0]
+		}
+		if f.got == nil {
+			f.got = make([]string, 0, f.fields)
+		}
+		f.got = append(f.got, field)
 		b = b[i+1:]
 		if len(f.got) == f.fields {
-			f.rest = append([]byte(nil), b...)
+			if len(b) > 0 {
+				f.rest = append([]byte(nil), b...)
+			}
 			return true
 		}
 	}

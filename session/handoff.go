@@ -110,7 +110,7 @@ const reapWait = 5 * time.Second
 // shell's end, then ends and reaps the shell. flush writes out bytes the
 // framers held back when the stream ends without a frame; framed reports
 // the frame's exit code once feed has seen it.
-func (h *Handoff) follow(chunks <-chan []byte, feed func([]byte) bool, flush func(), framed func() (int, bool)) {
+func (h *Handoff) follow(chunks <-chan *[]byte, feed func([]byte) bool, flush func(), framed func() (int, bool)) {
 	sh, s := h.sh, h.sess
 	code, err := -1, error(nil)
 loop:
@@ -121,7 +121,7 @@ loop:
 				chunks = nil
 				continue
 			}
-			done := feed(chunk)
+			done := feed(*chunk)
 			recycle(chunk)
 			if done {
 				code, _ = framed()

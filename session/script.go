@@ -29,18 +29,17 @@ const markerPrefix = "__BERTH_"
 // mark of their own, so a foreground timeout does not touch them.
 const TreeVar = "BERTH_TREE"
 
-// Frame descriptors: the shell keeps its output pipe on a private
-// descriptor that commands run without, and prints every frame there, so a
-// command that moves or closes its stdout and stderr (exec >/dev/null 2>&1)
-// cannot swallow the frame. POSIX sh only accepts single-digit descriptors
-// in redirections, so sh uses 9; bash uses 19, above the 3-9 that scripts
-// commonly take for themselves and out of the way of bash's own allocations
-// (saved descriptors start at the lowest free one from 10, process
-// substitutions are placed just below 64).
-const (
-	frameFDBash = "19"
-	frameFDSh   = "9"
-)
+// Frame descriptors. bash keeps its output pipe on stdout between
+// commands (stderr rests on /dev/null, where berth's own code traces under
+// set -x); each command's redirections (2>&1 >&2) give it the pipe on
+// stdout and stderr and make bash keep its own copy of the pipe, out of
+// the command's reach, on a descriptor it marks close-on-exec and puts
+// back when the command ends, so a command that moves or closes its
+// output (exec >/dev/null 2>&1) cannot swallow the frame, and a program
+// the command starts sees no descriptor but 0, 1 and 2. POSIX sh keeps
+// the pipe on a private descriptor instead (9: sh only accepts single
+// digits in redirections), closed for each command.
+const frameFDSh = "9"
 
 // bootstrap returns the argv that starts a persistent shell marked with tag:
 // bash when the target has it, else POSIX sh. Both read their script from
@@ -66,11 +65,11 @@ const commandEnv = "export PAGER=cat GIT_PAGER=cat GIT_TERMINAL_PROMPT=0\n"
 //   - set -e: they run only where errexit is ignored (the left side of && and
 //     ||), so a failing step inside cannot end the shell;
 //   - set -u: every variable expansion has a default;
-//   - set -x: between commands the shell's stdout and stderr rest on
-//     /dev/null, and trace lines are written before a command's own
-//     redirections apply, so the calls of the helpers and everything inside
-//     them trace into /dev/null; only the user's command runs with stderr on
-//     the output pipe;
+//   - set -x: between commands the shell's stderr rests on /dev/null, and
+//     trace lines are written before a command's own redirections apply,
+//     so the calls of the helpers and everything inside them trace into
+//     /dev/null; only the user's command runs with stderr on the output
+//     pipe;
 //   - set -o noclobber: they write files with >|;
 //   - set -o posix, failglob, nullglob, a changed IFS: no unquoted expansion,
 //     no glob, no word splitting;
@@ -83,46 +82,62 @@ const commandEnv = "export PAGER=cat GIT_PAGER=cat GIT_TERMINAL_PROMPT=0\n"
 //     repair; such a shell is replaced after its first timeout.
 //
 // __berth_pre runs before the command: it acknowledges it ($1 is the
-// nonce: "the shell read this command", so a shell that dies before reading
-// it is told apart from a command that ended the shell), repairs a deleted
-// cwd, moves to the request's workdir ($2) and writes inline stdin ($3,
-// printf %b encoded) to a file in a private directory made by mktemp on
-// first use.
+// acknowledgement's nonce: "the shell read this command", so a shell that
+// dies before reading it is told apart from a command that ended the
+// shell), repairs a deleted cwd, moves to the request's workdir ($2) and
+// writes inline stdin ($3, printf %b encoded) to a file in a private
+// directory made by mktemp on first use.
 //
-// __berth_post prints the frame: the exit status, the cwd and, when asked
-// ($3 = 1), a snapshot of the exported variables (and, on bash, the names
-// and definitions of functions and aliases) that the session keeps to
-// restore a shell that died, and that the approval gate reads a call of
-// a function or alias by. Snapshots are skipped for commands that cannot change that state:
-// export -p is the most expensive part of a round trip. $4, when set, is a
-// large-stdin file to delete.
+// __berth_post prints the frame ($1 is its nonce): the exit status (the
+// $? it is called with), the cwd and, when asked ($2 = 1), a snapshot of
+// the exported variables (and, on bash, the names and definitions of
+// functions and aliases) that the session keeps to restore a shell that
+// died, and that the approval gate reads a call of a function or alias
+// by. Snapshots are skipped for commands that cannot change that state:
+// export -p is the most expensive part of a round trip. $3, when set, is
+// a large-stdin file to delete.
+//
+// __berth_a and __berth_b are the two for the common command (no workdir,
+// no stdin, no snapshot, nothing to delete), on bash: the acknowledgement
+// and the cwd's repair, the frame in one write. A trivial command's time
+// is mostly bash reading its line a byte at a time and running berth's
+// code around it, so that line and that code are as short as they can be.
 //
 // __berth_ready prints the start frame: the shell's pid, its start time
 // (field 22 of /proc/PID/stat, so the kill script can tell it from a
-// process that reused the pid), the cwd, the shell kind and the temporary
-// directory.
+// process that reused the pid), the cwd, the shell kind, the temporary
+// directory and IFS (x and its value, "" when unset). A snapshot starts
+// with IFS too, as its length in characters (none when unset), a colon and
+// the value.
 const bashHelpers = `
 __berth_cd() {
   __berth_t=$1
   while [[ -n $__berth_t && ! -d $__berth_t ]]; do __berth_t=${__berth_t%/*}; done
   builtin cd -- "${__berth_t:-/}"
 }
+__berth_a() {
+  builtin printf '` + markerPrefix + `%s_\000' "$1"
+  [[ -d $PWD ]] || __berth_cd "$PWD"
+}
+__berth_b() {
+  builtin printf '` + markerPrefix + `%s_%s\000%s\000\000' "$1" "$?" "$PWD"
+}
 __berth_pre() {
-  builtin printf '` + markerPrefix + `%s_\000' "$1" >&19
+  builtin printf '` + markerPrefix + `%s_\000' "$1"
   [[ -d $PWD ]] || __berth_cd "$PWD"
   __berth_wd= __berth_i=
   if [[ -n ${3+x} ]]; then
     if [[ -z ${__berth_d-} || ! -d $__berth_d ]]; then
       __berth_d=$(builtin umask 077 && builtin command mktemp -d "${TMPDIR:-/tmp}/berth-in.XXXXXXXXXX") || {
         __berth_d=
-        builtin printf 'berth: cannot create a private directory for stdin under %s\n' "${TMPDIR:-/tmp}" >&19
+        builtin printf 'berth: cannot create a private directory for stdin under %s\n' "${TMPDIR:-/tmp}"
         builtin return 1
       }
       [[ -n $(builtin trap -p EXIT) ]] || builtin trap 'builtin command rm -rf -- "${__berth_d-}"' EXIT
     fi
     __berth_i=$__berth_d/in
     builtin printf '%b' "$3" >|"$__berth_i" || {
-      builtin printf 'berth: cannot write stdin to %s\n' "$__berth_i" >&19
+      builtin printf 'berth: cannot write stdin to %s\n' "$__berth_i"
       __berth_i=
       builtin return 1
     }
@@ -131,17 +146,18 @@ __berth_pre() {
     __berth_t=$2
     case $__berth_t in "~") __berth_t=${HOME-} ;; "~/"*) __berth_t=${HOME-}/${__berth_t#??} ;; esac
     __berth_wd=$PWD
-    builtin cd -- "$__berth_t" 2>&19 || { __berth_wd=; builtin return 1; }
+    builtin cd -- "$__berth_t" 2>&1 >/dev/null || { __berth_wd=; builtin return 1; }
   fi
   builtin return 0
 }
 __berth_post() {
-  __berth_ec=$1
-  if [[ -n ${__berth_wd-} ]]; then builtin cd -- "$__berth_wd"; __berth_wd=; fi
+  __berth_ec=$?
+  if [[ -n ${__berth_wd-} ]]; then builtin cd -- "$__berth_wd" >/dev/null; __berth_wd=; fi
   if [[ -n ${__berth_i-} ]]; then >|"$__berth_i"; __berth_i=; fi
-  if [[ -n ${4-} ]]; then builtin command rm -f -- "$4"; fi
-  builtin printf '` + markerPrefix + `%s_%s\000%s\000' "$2" "$__berth_ec" "$PWD"
-  if [[ $3 = 1 ]]; then
+  if [[ -n ${3-} ]]; then builtin command rm -f -- "$3"; fi
+  builtin printf '` + markerPrefix + `%s_%s\000%s\000' "$1" "$__berth_ec" "$PWD"
+  if [[ $2 = 1 ]]; then
+    builtin printf '%s:%s\001' "${IFS+${#IFS}}" "${IFS-}"
     builtin export -p
     builtin printf '\001'
     builtin compgen -A function
@@ -159,7 +175,7 @@ __berth_ready() {
     builtin set -- $__berth_l
     __berth_st=${20-}
   fi
-  builtin printf '` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" bash "${TMPDIR:-/tmp}" >&19
+  builtin printf '` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" bash "${TMPDIR:-/tmp}" "${IFS+x$IFS}"
 }
 `
 
@@ -203,7 +219,7 @@ __berth_post() {
   if command [ -n "${__berth_i-}" ]; then >|"$__berth_i"; __berth_i=; fi
   if command [ -n "${4-}" ]; then command rm -f -- "$4"; fi
   command printf '` + markerPrefix + `%s_%s\000%s\000' "$2" "$__berth_ec" "$PWD"
-  if command [ "$3" = 1 ]; then command export -p; fi
+  if command [ "$3" = 1 ]; then command printf '%s:%s\001' "${IFS+${#IFS}}" "${IFS-}"; command export -p; fi
   command printf '\000'
 }
 __berth_ready() {
@@ -213,48 +229,74 @@ __berth_ready() {
     set -- $__berth_l
     __berth_st=${20-}
   fi
-  command printf '` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" sh "${TMPDIR:-/tmp}" >&9
+  command printf '` + markerPrefix + `%s_%s\000%s\000%s\000%s\000%s\000%s\000' "$__berth_n" "$$" "$__berth_st" "$PWD" sh "${TMPDIR:-/tmp}" "${IFS+x$IFS}" >&9
 }
 `
 
-// initScript is written to a fresh shell before anything else. It moves
-// the output pipe to the shell's private frame descriptor and rests stdout
-// and stderr on /dev/null (each command gets the pipe back through its own
-// redirections), defines the helpers of the shell's kind (handed over by
-// bootstrap) and sets the pager variables.
-const initScript = `if [ -n "${BASH_VERSION-}" ]; then exec ` + frameFDBash + `>&1; shopt -s expand_aliases; else exec ` + frameFDSh + `>&1; fi
+// initScript is written to a fresh shell before anything else. It
+// defines the helpers of the shell's kind (handed over by bootstrap), puts
+// stderr on /dev/null and, on sh, moves the output pipe to the private
+// frame descriptor and stdout to /dev/null too (each command gets the pipe
+// back through its own redirections), and sets the pager variables.
+const initScript = `if [ -n "${BASH_VERSION-}" ]; then shopt -s expand_aliases; else exec ` + frameFDSh + `>&1; fi
 eval "$__berth_init"; unset __berth_init
-exec 1>/dev/null 2>&1
+if [ -n "${BASH_VERSION-}" ]; then exec 2>/dev/null; else exec 1>/dev/null 2>&1; fi
 unset HISTFILE PROMPT_COMMAND
 PS1= PS2=
 ` + commandEnv
 
-// commandLine is the one line written to the shell for a command: the
-// acknowledging pre helper, the command itself under eval with stdin, stdout
-// and stderr given for the command alone (so a redirection the command makes
-// with exec lasts until it ends) and the frame descriptor closed, then the
-// frame. Command words are backslash-quoted so no alias applies, and the
-// post helper runs on the left of || so errexit cannot stop it. The leading
-// newline resets bash's parser after an eval that hit an unterminated quote.
+// commandLine is the one line written to the shell for a command whose
+// nonce is n (lineNonce; the frame's and the acknowledgement's are parts
+// of it): the acknowledging pre helper, the command itself under eval
+// with stdin, stdout and stderr given for the command alone (so a
+// redirection the command makes with exec lasts until it ends), then the
+// frame. Command words are backslash-quoted so no alias applies; the
+// helpers that can fail run where errexit is ignored (the left of && and
+// ||). On bash the last argument of the pre helper's call is never the
+// frame's nonce: the command sees it as $_. The leading newline resets
+// bash's parser after an eval that hit an unterminated quote.
 func commandLine(bash bool, n, workdir, stdinArg, stdinRedir, command, snap, cleanup string) string {
-	fd, eval := frameFDSh, `\eval`
-	if bash {
-		fd, eval = frameFDBash, `\builtin eval`
-	}
+	ack, frame := ackNonce(n), frameNonce(n)
 	var b strings.Builder
-	b.Grow(len(command) + len(stdinArg) + 160)
-	b.WriteString("\n\\__berth_pre " + n + " " + shellword.Quote(workdir))
+	b.Grow(len(command) + len(stdinArg) + 100)
+	if !bash {
+		fd := frameFDSh
+		b.WriteString("\n\\__berth_pre " + ack + " " + shellword.Quote(workdir))
+		if stdinArg != "" {
+			b.WriteString(" " + stdinArg)
+		}
+		b.WriteString(" && \\eval " + shellword.Quote(command) + " " + stdinRedir + " >&" + fd + " 2>&" + fd + " " + fd + ">&-; ")
+		b.WriteString("\\__berth_post $? " + frame + " " + snap)
+		if cleanup != "" {
+			b.WriteString(" " + shellword.Quote(cleanup))
+		}
+		b.WriteString(" >&" + fd + " || __berth_z=1\n")
+		return b.String()
+	}
+	if workdir == "" && stdinArg == "" && snap == "0" && cleanup == "" {
+		b.WriteString("\n\\__berth_a " + ack + "&&\\builtin eval " + shellword.Quote(command) + " " + stdinRedir + " 2>&1 >&2;\\__berth_b " + frame + "\n")
+		return b.String()
+	}
+	b.WriteString("\n\\__berth_pre " + ack + " " + shellword.Quote(workdir))
 	if stdinArg != "" {
 		b.WriteString(" " + stdinArg)
 	}
-	b.WriteString(" && " + eval + " " + shellword.Quote(command) + " " + stdinRedir + " >&" + fd + " 2>&" + fd + " " + fd + ">&-; ")
-	b.WriteString("\\__berth_post $? " + n + " " + snap)
+	b.WriteString("&&\\builtin eval " + shellword.Quote(command) + " " + stdinRedir + " 2>&1 >&2;\\__berth_post " + frame + " " + snap)
 	if cleanup != "" {
 		b.WriteString(" " + shellword.Quote(cleanup))
 	}
-	b.WriteString(" >&" + fd + " || __berth_z=1\n")
+	b.WriteString("||__berth_z=1\n")
 	return b.String()
 }
+
+// ackLen is how much of a command's nonce is its acknowledgement's: the
+// rest is the frame's. The acknowledgement's part is no secret (the
+// command can see it as $_), the frame's is: it is never in the shell's
+// reach while the command runs.
+const ackLen = 4
+
+func ackNonce(n string) string   { return n[len(n)-ackLen:] }
+func frameNonce(n string) string { return n[:len(n)-ackLen] }
 
 // killScript stops a process tree inside the target. It runs as a separate
 // process through the backend, the same way on every backend, and relies

@@ -5,10 +5,11 @@
 // functions and aliases persist because every command runs in the same
 // shell.
 //
-// The frame travels on a descriptor private to the shell: commands run
-// without it, with stdout and stderr given to them alone, so a command that
-// redirects or closes its output (exec >/dev/null 2>&1) ends normally and
-// the next command's output is captured again. Before a command runs the
+// The frame travels on a copy of the output pipe that the command cannot
+// reach (bash keeps it while the command's own stdout and stderr are given
+// to it alone, POSIX sh on a private descriptor closed for the command), so
+// a command that redirects or closes its output (exec >/dev/null 2>&1) ends
+// normally and the next command's output is captured again. Before a command runs the
 // shell acknowledges it, so a command the shell never read (it died just
 // before) is retried on a fresh shell instead of being reported as a
 // success. berth's own shell code is written to be immune to the state a
@@ -52,7 +53,10 @@
 package session
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -61,7 +65,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/a55dbaac/berth/backend"
 	"github.com/a55dbaac/berth/internal/randhex"
@@ -149,14 +155,20 @@ type Session struct {
 	abort     chan struct{} // closed by Close: interrupts a running command
 	abortOnce sync.Once
 
-	mu      sync.Mutex      // serialises commands
-	sh      *shell          // nil when no shell is running
-	cwd     string          // last known cwd
-	exports string          // last snapshot of exported variables (export -p)
-	names   map[string]bool // functions and aliases the shell defines
-	defs    string          // their definitions (declare -f, alias -p), berth's own left out
-	starts  int
-	closed  bool
+	mu       sync.Mutex      // serialises commands
+	sh       *shell          // nil when no shell is running
+	cwd      string          // last known cwd
+	exports  string          // last snapshot of exported variables (export -p)
+	names    map[string]bool // functions and aliases the shell defines
+	nameList []string        // the same, sorted (Names)
+	defs     string          // their definitions (declare -f, alias -p), berth's own left out
+	// ifs is IFS in the shell as of its start or the last snapshot, when
+	// ifsKnown.
+	ifs      string
+	ifsKnown bool
+	starts   int
+	closed   bool
+	timer    *time.Timer // the running command's timeout, reused
 
 	jobsMu   sync.Mutex
 	jobs     map[int]identity // background processes started by StartDetached
@@ -177,12 +189,26 @@ type shell struct {
 	start  string        // start time (field 22 of /proc/PID/stat), "" if unknown
 	bash   bool          // bash rather than POSIX sh
 	tmp    string        // the shell's temporary directory
-	chunks chan []byte   // output chunks; closed at EOF
+	chunks chan *[]byte  // output chunks, from chunkPool; closed at EOF
 	rerr   error         // why the output ended; valid once chunks is closed
 	done   chan struct{} // closed when the process has exited
 	code   int           // exit status, valid after done
 	err    error         // Wait error, valid after done
 	rest   []byte        // output read past the last frame
+
+	parent      string // ShellParent's answer for this shell
+	parentKnown bool
+
+	// ackWant is the acknowledgement the running command's line makes the
+	// shell print, set before the line is written; the reader compares
+	// the first chunk it reads after that with it, and when the chunk is
+	// that acknowledgement and nothing else (the usual case: the shell
+	// prints it alone, before the command runs) takes it in place of the
+	// command's follower, setting acked: a command then wakes its
+	// follower once, for the frame. Any other first chunk goes to the
+	// follower as it is, whose framer finds the acknowledgement there.
+	ackWant atomic.Pointer[[]byte]
+	acked   atomic.Bool
 }
 
 // exited reports whether the shell process has ended.
@@ -235,16 +261,12 @@ func (s *Session) Cwd() string {
 // Names reports the functions and aliases the shell is known to define,
 // sorted, as of the last snapshot of its state (taken after every command
 // that may change it, on bash): a later command calling one runs whatever
-// its definition says.
+// its definition says. The list is the session's own, made at the
+// snapshot and asked for before every command: callers must not change it.
 func (s *Session) Names() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.names))
-	for n := range s.names {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return s.nameList
 }
 
 // Definitions reports the definitions of the functions and aliases the
@@ -258,6 +280,75 @@ func (s *Session) Definitions() string {
 	return s.defs
 }
 
+// IFS reports IFS in the session's shell as of its last report (its
+// start, or the snapshot after a command that could change it), and false
+// when the report did not parse or a shell that died is yet to be
+// replaced. An
+// unset IFS is reported as the default, which splits alike.
+func (s *Session) IFS() (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.sh == nil && s.starts == 0:
+		// The first shell starts with the default: every shell sets it so
+		// at start, whatever its environment says.
+		return defaultIFS, true
+	case s.sh == nil || s.sh.exited():
+		// The next shell replays the last exports, which may hold IFS.
+		return "", false
+	}
+	return s.ifs, s.ifsKnown
+}
+
+// defaultIFS is IFS in a shell that has not set it.
+const defaultIFS = " \t\n"
+
+// startIFS reads the start frame's IFS field: x and the value, "" when
+// unset.
+func startIFS(field string) (string, bool) {
+	switch {
+	case field == "":
+		return defaultIFS, true
+	case strings.HasPrefix(field, "x"):
+		return field[1:], true
+	}
+	return "", false
+}
+
+// snapIFS splits IFS off the front of a snapshot: its length in
+// characters (none when unset), a colon, the value and \x01. It returns
+// the value, the rest of the snapshot and whether the front parsed (a
+// value of bytes the shell counted otherwise does not).
+func snapIFS(snap string) (ifs, rest string, ok bool) {
+	n, after, found := strings.Cut(snap, ":")
+	if !found {
+		return "", snap, false
+	}
+	if n == "" {
+		v, r, found := strings.Cut(after, "\x01")
+		return defaultIFS, r, found && v == ""
+	}
+	want, err := strconv.Atoi(n)
+	if err != nil || want < 0 {
+		return "", snap, false
+	}
+	if want < len(after) && after[want] == '\x01' && utf8.RuneCountInString(after[:want]) != want {
+		// Counted in bytes (a shell in the C locale).
+		return after[:want], after[want+1:], true
+	}
+	i := 0
+	for k := 0; k < want && i < len(after); k++ {
+		_, size := utf8.DecodeRuneInString(after[i:])
+		i += size
+	}
+	if i >= len(after) || after[i] != '\x01' {
+		// IFS is not known; the rest most likely follows the first \x01.
+		_, r, _ := strings.Cut(after, "\x01")
+		return "", r, false
+	}
+	return after[:i], after[i+1:], true
+}
+
 // ShellPID reports the pid of the running shell inside the target, or ""
 // when none is running.
 func (s *Session) ShellPID() string {
@@ -267,6 +358,23 @@ func (s *Session) ShellPID() string {
 		return ""
 	}
 	return s.sh.pid
+}
+
+// ShellParent returns lookup(pid) for the running shell's pid, asked once
+// per shell and kept: a shell's parent, as its $PPID, is fixed when it
+// starts, and the approval gate asks for it before every command (reading
+// it from /proc each time was a third of the daemon's CPU for a trivial
+// command). It is "" when no shell is running.
+func (s *Session) ShellParent(lookup func(pid string) string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sh == nil {
+		return ""
+	}
+	if !s.sh.parentKnown {
+		s.sh.parent, s.sh.parentKnown = lookup(s.sh.pid), true
+	}
+	return s.sh.parent
 }
 
 // Starts reports how many shells this session has started.
@@ -283,7 +391,7 @@ func (s *Session) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopShell()
-	s.starts, s.exports, s.names, s.defs, s.cwd = 0, "", nil, "", ""
+	s.starts, s.exports, s.names, s.nameList, s.defs, s.cwd = 0, "", nil, nil, "", ""
 }
 
 // Close stops the shell and everything its commands started, interrupting
@@ -331,8 +439,18 @@ func tmpDir(shellTmp string) string {
 	return "/tmp"
 }
 
-// nonce is a fresh random marker for framing one command.
+// nonce is a fresh random marker (for files, marks and separators).
 func nonce() string { return randhex.String(12) }
+
+// lineNonce is a fresh random nonce for one command line: 16 characters of
+// base64url, the frame's 12 (72 bits) and the acknowledgement's 4 (see
+// ackNonce). Shorter than nonce because the shell reads its command line a
+// byte at a time: every byte of it costs every command.
+func lineNonce() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
 
 // ensure starts a shell if none is running. Callers hold s.mu.
 func (s *Session) ensure(ctx context.Context) error {
@@ -356,7 +474,7 @@ func (s *Session) ensure(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("session: start shell on %s: %w", s.be.Name(), err)
 	}
-	sh := &shell{proc: proc, chunks: make(chan []byte, 16), done: make(chan struct{})}
+	sh := &shell{proc: proc, chunks: make(chan *[]byte, 16), done: make(chan struct{})}
 	go sh.read()
 	go func() {
 		sh.code, sh.err = proc.Wait()
@@ -390,7 +508,7 @@ func (s *Session) ensure(ctx context.Context) error {
 		s.release(sh)
 		return fmt.Errorf("session: write init script on %s: %w", s.be.Name(), err)
 	}
-	fr := newFramer(n, 5)
+	fr := newFramer(n, 6)
 	var junk strings.Builder
 	sink := limitWriter{w: &junk, n: 4096}
 	for {
@@ -400,10 +518,11 @@ func (s *Session) ensure(ctx context.Context) error {
 				s.release(sh)
 				return fmt.Errorf("session: shell on %s ended during start: %q", s.be.Name(), junk.String())
 			}
-			done := fr.feed(chunk, &sink)
+			done := fr.feed(*chunk, &sink)
 			recycle(chunk)
 			if done {
 				sh.pid, sh.start, s.cwd, sh.bash, sh.tmp = fr.got[0], fr.got[1], fr.got[2], fr.got[3] == "bash", fr.got[4]
+				s.ifs, s.ifsKnown = startIFS(fr.got[5])
 				sh.rest = fr.rest
 				if junk.Len() > 0 {
 					s.log.Debug("session: shell start printed", "backend", s.be.Name(), "output", junk.String())
@@ -435,10 +554,11 @@ func (s *Session) discard(sh *shell) {
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // recycle returns a chunk to the pool once its consumer is done with it
-// (the framer and the output writers copy what they keep).
-func recycle(chunk []byte) {
-	b := chunk[:cap(chunk)]
-	chunkPool.Put(&b)
+// (the framer and the output writers copy what they keep). Chunks travel
+// as the pool's pointers, so that giving one back allocates nothing.
+func recycle(chunk *[]byte) {
+	*chunk = (*chunk)[:cap(*chunk)]
+	chunkPool.Put(chunk)
 }
 
 // read pumps the process's output into the chunk channel until EOF.
@@ -448,8 +568,12 @@ func (sh *shell) read() {
 	for {
 		bp := chunkPool.Get().(*[]byte)
 		n, err := r.Read(*bp)
-		if n > 0 {
-			sh.chunks <- (*bp)[:n]
+		if want := sh.ackWant.Swap(nil); n > 0 && want != nil && bytes.Equal((*bp)[:n], *want) {
+			sh.acked.Store(true)
+			chunkPool.Put(bp)
+		} else if n > 0 {
+			*bp = (*bp)[:n]
+			sh.chunks <- bp
 		} else {
 			chunkPool.Put(bp)
 		}
@@ -511,9 +635,15 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 
 	var timeout <-chan time.Time
 	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		timeout = t.C
+		// One timer for the session's commands, which run one at a time:
+		// stopped, it delivers nothing stale to the next (Go 1.23 timers).
+		if s.timer == nil {
+			s.timer = time.NewTimer(req.Timeout)
+		} else {
+			s.timer.Reset(req.Timeout)
+		}
+		defer s.timer.Stop()
+		timeout = s.timer.C
 	}
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -525,7 +655,7 @@ func (s *Session) Run(ctx context.Context, req Request, out io.Writer) (Result, 
 		if !sh.bash {
 			snap = "1" // no cheap way to learn sh's function names
 		}
-		n := nonce()
+		n := lineNonce()
 		line := commandLine(sh.bash, n, req.Workdir, stdinArg, redir, req.Command, snap, cleanup)
 		res, err, ran := s.runOnce(ctx, sh, n, snap, line, timeout, req, out)
 		if ran || attempt > 0 {
@@ -547,21 +677,35 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 		out.Write(sh.rest)
 		sh.rest = nil
 	}
+	ack, fr := newFramer(ackNonce(n), 1), newFramer(frameNonce(n), 3)
+	want := append(ack.marker[:len(ack.marker):len(ack.marker)], 0)
+	sh.acked.Store(false)
+	sh.ackWant.Store(&want)
 	// Write in the background: a large command can fill the pipe while the
-	// shell is still producing output from an earlier stray job.
-	werr := make(chan error, 1)
+	// shell is still producing output from an earlier stray job. Nothing
+	// waits for the write: a failed one means the shell is gone, and its
+	// exit shows on done.
 	go func() {
-		_, err := io.WriteString(sh.proc.Stdin(), line)
-		werr <- err
+		if _, err := io.WriteString(sh.proc.Stdin(), line); err != nil {
+			s.log.Debug("session: write command", "backend", s.be.Name(), "err", err)
+		}
 	}()
 
-	ack, fr := newFramer(n, 1), newFramer(n, 3)
 	acked, framed := false, false
+	dst := out
+	// takeAck takes in an acknowledgement the reader took (ackWant): what
+	// the acknowledgement's framer held back was output after all.
+	takeAck := func() {
+		if !acked && sh.acked.Load() {
+			ack.flush(dst)
+			acked = true
+		}
+	}
 	// feed passes output on (to out, and to the Handoff's output once the
 	// command is handed off) until the acknowledgement, then until the
 	// frame; it reports whether the frame is complete.
-	dst := out
 	feed := func(b []byte) bool {
+		takeAck()
 		if !acked {
 			if !ack.feed(b, dst) {
 				return false
@@ -576,11 +720,12 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 	}
 	// handoff gives the running command and its shell to a Handoff, which
 	// follows it to its end from here on.
-	var chunks <-chan []byte
+	var chunks <-chan *[]byte
 	handoff := func() Result {
 		h := s.handoff(sh)
 		dst = h.pw
 		flush := func() {
+			takeAck()
 			if !acked {
 				ack.flush(dst)
 			} else {
@@ -621,13 +766,14 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 				chunks = nil
 				continue
 			}
-			done := feed(chunk)
+			done := feed(*chunk)
 			recycle(chunk)
 			if done {
 				return finish(), nil, true
 			}
 		case <-sh.done:
 			broken := s.drain(sh, feed)
+			takeAck()
 			if framed {
 				// The frame made it out before the shell went away.
 				s.release(sh)
@@ -641,12 +787,6 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 			}
 			res, err := s.shellEnded(sh, broken)
 			return res, err, acked
-		case err := <-werr:
-			if err != nil {
-				s.log.Debug("session: write command", "backend", s.be.Name(), "err", err)
-				// The shell is gone; its exit will show on done.
-			}
-			werr = nil
 		case <-timeout:
 			s.stop(sh, feed)
 			return Result{ExitCode: 124, Cwd: s.cwd, TimedOut: true}, nil, true
@@ -671,6 +811,7 @@ func (s *Session) runOnce(ctx context.Context, sh *shell, n, snap, line string, 
 // left out: a restored shell keeps the one it was started with, and
 // background jobs carry their own.
 func (s *Session) keepSnapshot(snap string) {
+	s.ifs, snap, s.ifsKnown = snapIFS(snap)
 	exports, rest, _ := strings.Cut(snap, "\x01")
 	names, defs, _ := strings.Cut(rest, "\x01")
 	exports = treeLine.ReplaceAllString(exports, "")
@@ -681,6 +822,11 @@ func (s *Session) keepSnapshot(snap string) {
 			s.names[n] = true
 		}
 	}
+	s.nameList = make([]string, 0, len(s.names))
+	for n := range s.names {
+		s.nameList = append(s.nameList, n)
+	}
+	sort.Strings(s.nameList)
 	s.defs = userDefinitions(defs)
 }
 
@@ -749,7 +895,7 @@ func (s *Session) drain(sh *shell, feed func([]byte) bool) (broken error) {
 				}
 				return nil
 			}
-			done := feed(chunk)
+			done := feed(*chunk)
 			recycle(chunk)
 			if done {
 				return nil

@@ -14,6 +14,7 @@ import (
 	"mvdan.cc/sh/v3/syntax"
 
 	"github.com/a55dbaac/berth/internal/shellword"
+	"github.com/a55dbaac/berth/internal/shparse"
 )
 
 // State is the part of a shell's state that a fork, a checkpoint or a
@@ -175,7 +176,7 @@ func (s *Session) captureLocked(ctx context.Context) (State, error) {
 // and returns its output. Callers hold s.mu and have a shell (ensure).
 func (s *Session) runLocked(ctx context.Context, command string) (string, error) {
 	sh := s.sh
-	n := nonce()
+	n := lineNonce()
 	line := commandLine(sh.bash, n, "", "", "</dev/null", command, "0", "")
 	var out bytes.Buffer
 	res, err, ran := s.runOnce(ctx, sh, n, "0", line, nil, Request{}, &out)
@@ -349,9 +350,11 @@ func parseExports(text string) ([]exported, error) {
 	return out, nil
 }
 
-// parseBash parses text as bash, nil when it does not parse.
+// parseBash parses text as bash through shparse's bounds (the live
+// shell's declare -f and alias -p output is the agent's text), nil when
+// it does not parse or is past them.
 func parseBash(text string) *syntax.File {
-	f, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(text), "")
+	f, err := shparse.Parse(text)
 	if err != nil {
 		return nil
 	}

@@ -31,7 +31,7 @@ func TestConformance(t *testing.T) {
 		return target(daytonafake.StartRealistic(t))
 	}}, backendtest.Config{
 		Name:   "kind",
-		Groups: []string{"Process", "Terminal", "Background", "Hardening", "Files", "FileWriter", "Persistence"},
+		Groups: []string{"Process", "Terminal", "Background", "Hardening", "Fork", "Files", "FileWriter", "Persistence"},
 		Full:   true,
 		Setup:  func(t *testing.T) backendtest.Target { return target(daytonafake.Start(t)) },
 	})
@@ -80,11 +80,17 @@ var sequentialInternal = map[string]bool{
 	"TrivialCommandIsOneRoundTrip":       true,
 }
 
-// target is the suite's factory and options on fake.
+// target is the suite's factory and options on fake: NewFrom and
+// Checkpoints (the Fork group's) add the fake's credentials and the test
+// image to the options the group's manager gives.
 func target(fake *daytonafake.Server) backendtest.Target {
 	return backendtest.Target{New: func(t testing.TB) backend.Backend {
 		return newBackend(t, testOptions(t, fake, nil, nil))
-	}, Options: backendtest.Options{
+	}, NewFrom: func(t testing.TB, o backend.Options) backend.Backend {
+		opts := testOptions(t, fake, nil, nil)
+		opts.Key, opts.From, opts.Home, opts.Progress = o.Key, o.From, o.Home, o.Progress
+		return newBackend(t, opts)
+	}, Checkpoints: fakeCheckpoints{fake}, Options: backendtest.Options{
 		Reopen: func(t testing.TB, key string) backend.Backend {
 			opts := testOptions(t, fake, func(c *config.Terminal) { c.ContainerPersistent = true }, nil)
 			opts.Key = key
@@ -96,6 +102,17 @@ func target(fake *daytonafake.Server) backendtest.Target {
 			return newBackend(t, opts)
 		},
 	}}
+}
+
+// fakeCheckpoints removes checkpoints as Registration.Checkpoints does,
+// with the fake's credentials.
+type fakeCheckpoints struct{ fake *daytonafake.Server }
+
+func (f fakeCheckpoints) Remove(ctx context.Context, opts backend.Options, cp backend.Checkpoint) error {
+	opts.Getenv = func(k string) string {
+		return map[string]string{EnvAPIURL: f.fake.APIURL(), EnvAPIKey: f.fake.APIKey()}[k]
+	}
+	return checkpointAdmin{}.Remove(ctx, opts, cp)
 }
 
 // internalTests are the daytona backend's own tests (TestInternal).

@@ -48,6 +48,10 @@
 // berth would replace it. Without container_persistent, Close deletes the
 // sandbox.
 //
+// Checkpoints (checkpoint.go) are Daytona snapshots of the sandbox, taken
+// while it runs; a fork or a restore (Options.From) is a sandbox created
+// from one.
+//
 // Daytona as it is, not as a kind fake is: every call is retried on 429
 // (as long as Retry-After-<bucket> says) and on 502/503/504, within a
 // budget, and reported when given up (retry.go); output is paced end to
@@ -95,9 +99,11 @@ func init() {
 		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
 			return New(ctx, opts)
 		},
-		Doctor: Doctor,
-		Envs:   envAdmin{},
-		Keys:   configKeys,
+		Doctor:      Doctor,
+		Envs:        envAdmin{},
+		ListLags:    true, // a sandbox listing is the service's index, which may trail a create
+		Keys:        configKeys,
+		Checkpoints: checkpointAdmin{},
 	})
 }
 
@@ -114,6 +120,11 @@ type Backend struct {
 	sessionEnv map[string]string
 	log        *slog.Logger
 	begin      func(step, unit string) *backend.Step // set-up progress (backend.Options.Begin)
+	home       string                                // berth's home (backend.Options.Home), marked in snapshot names
+
+	// While New makes the sandbox from a checkpoint (Options.From): the
+	// snapshot's id and name (see checkpoint.go); "" otherwise.
+	fromSnapshot, fromName string
 
 	wake sync.Mutex // serialises waking and recreating the sandbox
 
@@ -143,12 +154,13 @@ var (
 	_ backend.FileWriter    = (*Backend)(nil)
 	_ backend.OneShotRunner = (*Backend)(nil)
 	_ backend.Capable       = (*Backend)(nil)
+	_ backend.Checkpointer  = (*Backend)(nil)
 )
 
 // Capabilities reports IsolationImage: a Daytona sandbox runs on the provider's machines with
-// nothing of this host mounted.
+// nothing of this host mounted; and checkpoints as Daytona snapshots (checkpoint.go).
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: backend.IsolationImage}
+	return backend.Capabilities{Isolation: backend.IsolationImage, Checkpoint: capabilityCheckpoint}
 }
 
 // New reads the credentials, then finds the environment's sandbox by name
@@ -175,12 +187,27 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		sessionEnv: sessionEnv(opts),
 		log:        log,
 		begin:      opts.Begin,
+		home:       opts.Home,
 		procs:      map[*ptyProc]struct{}{},
 	}
 	b.reapOnce(ctx)
+	if opts.From != nil {
+		if err := b.prepareFrom(ctx, opts.From); err != nil {
+			return nil, err
+		}
+	}
 	sb, created, err := b.ensure(ctx)
 	if err != nil {
+		if b.fromSnapshot != "" {
+			b.discardFailedFrom(ctx)
+		}
 		return nil, err
+	}
+	if b.fromSnapshot != "" {
+		if !created || !b.madeFromSnapshot(sb) {
+			return nil, fmt.Errorf("daytona: restore checkpoint %q: another berth made sandbox %s meanwhile, not from the checkpoint; try again", opts.From.Name, sp.Name)
+		}
+		b.fromSnapshot, b.fromName = "", "" // a sandbox lost later is made afresh
 	}
 	if err := b.adopt(ctx, sb); err != nil {
 		return nil, err

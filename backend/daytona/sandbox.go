@@ -117,8 +117,11 @@ func (b *Backend) ensure(ctx context.Context) (sb *apiclient.Sandbox, created bo
 			}
 			created = true
 			sb, err = b.waitState(ctx, sb.Id, apiclient.SANDBOXSTATE_STARTED)
+			if errors.Is(err, errFailed) && !replaced {
+				continue // it failed to start (its image not pulled...): replaced once below
+			}
 			if err != nil {
-				return nil, true, fmt.Errorf("daytona: create sandbox %s from %s: %w", sp.Name, sp.Image, err)
+				return nil, true, fmt.Errorf("daytona: create sandbox %s from %s: %w", sp.Name, b.createdFrom(), err)
 			}
 			return sb, true, nil
 		case err != nil:
@@ -167,7 +170,7 @@ func (b *Backend) ensure(ctx context.Context) (sb *apiclient.Sandbox, created bo
 				return nil, false, fmt.Errorf("daytona: recover sandbox %s: %w", sp.Name, err)
 			}
 		case failed[st] && !replaced:
-			b.log.Warn("daytona: replacing a failed sandbox (its files are lost)", "sandbox", sp.Name, "state", st, "reason", sb.GetErrorReason())
+			b.log.Warn("daytona: replacing a failed sandbox (its files are lost)", "sandbox", sp.Name, "state", st, "reason", sb.GetErrorReason(), "made_from", b.createdFrom())
 			if err := b.delete(ctx, sb.Id, true); err != nil {
 				return nil, false, err
 			}
@@ -216,8 +219,8 @@ func (b *Backend) claim(ctx context.Context, sb *apiclient.Sandbox) {
 // create asks for the environment's sandbox.
 func (b *Backend) create(ctx context.Context) (*apiclient.Sandbox, error) {
 	sp := b.spec
-	b.log.Info("daytona: creating sandbox", "sandbox", sp.Name, "image", sp.Image, "cpu", sp.CPU, "memory_gib", sp.MemoryGiB, "disk_gib", sp.DiskGiB, "network", !sp.NoNetwork)
-	sb, resp, err := b.api.SandboxAPI.CreateSandbox(ctx).CreateSandbox(sp.createRequest()).Execute()
+	b.log.Info("daytona: creating sandbox", "sandbox", sp.Name, "image", sp.Image, "cpu", sp.CPU, "memory_gib", sp.MemoryGiB, "disk_gib", sp.DiskGiB, "network", !sp.NoNetwork, "from_snapshot", b.fromName)
+	sb, resp, err := b.api.SandboxAPI.CreateSandbox(ctx).CreateSandbox(b.createRequest()).Execute()
 	if err != nil {
 		return nil, b.creds.apiErr(err, resp, "create sandbox %s", sp.Name)
 	}
@@ -257,6 +260,13 @@ func (b *Backend) stop(ctx context.Context, id string) error {
 // delete deletes a sandbox; wait waits until it is gone.
 func (b *Backend) delete(ctx context.Context, id string, wait bool) error {
 	_, resp, err := b.api.SandboxAPI.DeleteSandbox(ctx, id).Execute()
+	if err != nil && resp != nil && resp.StatusCode == http.StatusConflict {
+		// A state change in progress (a snapshot being taken): once more
+		// when it is over.
+		if _, werr := b.waitState(ctx, id); werr == nil {
+			_, resp, err = b.api.SandboxAPI.DeleteSandbox(ctx, id).Execute()
+		}
+	}
 	if err != nil {
 		if resp != nil && resp.StatusCode == http.StatusNotFound {
 			return nil

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/a55dbaac/berth/backend"
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/client"
 )
@@ -45,19 +45,16 @@ func (b *Backend) exec(ctx context.Context, id string, ps backend.ProcSpec) (*pr
 		return nil, wrap(b.host, err, "start exec %q in %s", ps.Argv[0], b.spec.Name)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
 	p := &process{
 		cli:         b.cli,
 		execID:      cr.ID,
 		containerID: id,
 		conn:        att.HijackedResponse,
-		stdout:      pr,
-		pw:          pw,
 		eof:         make(chan struct{}),
 		cancel:      cancel,
 	}
 	p.stdin = &stdin{p: p}
-	go p.copyOutput(pw, ps.TTY)
+	p.stdout = &output{p: p, tty: ps.TTY}
 	go p.watch(wctx, since)
 	return p, nil
 }
@@ -76,11 +73,14 @@ type process struct {
 	containerID string
 	conn        client.HijackedResponse
 	stdin       *stdin
-	stdout      *io.PipeReader
-	pw          *io.PipeWriter
+	stdout      *output
 	last        atomic.Int64  // unix nanoseconds of the last output chunk
 	eof         chan struct{} // closed when the output stream ended
+	eofOnce     sync.Once
 	cancel      context.CancelFunc
+	// closed is what Stdout returns once it was closed: io.EOF by the
+	// after-exit bound, io.ErrClosedPipe by Close (which wins).
+	closed atomic.Pointer[error]
 
 	exit backend.ExitStatus
 
@@ -99,8 +99,9 @@ func (p *process) Wait() (int, error) { return p.exit.Wait() }
 func (p *process) Close() error {
 	p.closeOnce.Do(func() {
 		p.cancel()
+		err := io.ErrClosedPipe
+		p.closed.Store(&err)
 		p.conn.Close()
-		p.stdout.CloseWithError(io.ErrClosedPipe)
 	})
 	return nil
 }
@@ -113,32 +114,74 @@ func (p *process) finish(code int, err error) {
 	// The after-exit bound of the Process contract: a descendant that
 	// keeps the exec's stream open must not keep Stdout open forever.
 	backend.DrainThenClose(backend.WaitDelay, p.lastOutput, func() {
-		p.pw.CloseWithError(io.EOF)
+		err := io.EOF
+		p.closed.CompareAndSwap(nil, &err)
 		p.conn.Close()
 	})
 }
 
-// copyOutput demultiplexes the exec's stream (stdout and stderr merged in
-// arrival order) into the pipe Stdout reads.
-func (p *process) copyOutput(pw *io.PipeWriter, tty bool) {
-	var err error
-	w := stampWriter{p}
-	if tty {
-		_, err = io.Copy(w, p.conn.Reader)
-	} else {
-		_, err = stdcopy.StdCopy(w, w, p.conn.Reader)
-	}
-	close(p.eof)
-	pw.CloseWithError(err) // nil: io.EOF
+// output is Stdout: the exec's attached stream read in place, its
+// multiplexed frames (stdout and stderr, merged in arrival order) taken
+// apart as they are read, straight into the caller's buffer. (A goroutine
+// of its own copying them into a pipe cost a hand-off per chunk between it
+// and the reader, and a 32 KiB buffer per process.)
+type output struct {
+	p    *process
+	tty  bool    // a TTY's stream is not multiplexed
+	left int     // bytes left of the current frame's payload
+	hdr  [8]byte // a frame's header: stream, 3 zero bytes, big-endian size
+	err  error   // what ended the stream
 }
 
-// stampWriter passes output on to the pipe Stdout reads, noting when it
-// last arrived (the after-exit bound waits for the stream to go quiet).
-type stampWriter struct{ p *process }
+func (o *output) Read(b []byte) (int, error) {
+	if c := o.p.closed.Load(); c != nil {
+		return 0, *c
+	}
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.read(b)
+	if n > 0 {
+		o.p.last.Store(time.Now().UnixNano())
+	}
+	if err != nil {
+		if c := o.p.closed.Load(); c != nil {
+			err = *c // the connection was closed under the read
+		}
+		o.err = err
+		o.p.eofOnce.Do(func() { close(o.p.eof) })
+	}
+	return n, err
+}
 
-func (s stampWriter) Write(b []byte) (int, error) {
-	s.p.last.Store(time.Now().UnixNano())
-	return s.p.pw.Write(b)
+// read reads payload bytes of the stream into b.
+func (o *output) read(b []byte) (int, error) {
+	r := o.p.conn.Reader
+	if o.tty {
+		return r.Read(b)
+	}
+	for o.left == 0 {
+		if _, err := io.ReadFull(r, o.hdr[:]); err != nil {
+			if err == io.ErrUnexpectedEOF {
+				err = io.EOF // a header cut short by the end: the end, as stdcopy reads it
+			}
+			return 0, err
+		}
+		size := int(binary.BigEndian.Uint32(o.hdr[4:]))
+		switch o.hdr[0] {
+		case 0, 1, 2: // stdin (as the daemon echoes it), stdout, stderr
+			o.left = size
+		case 3: // the daemon's own error
+			msg := make([]byte, min(size, 64<<10))
+			k, _ := io.ReadFull(r, msg)
+			return 0, fmt.Errorf("docker: error from the daemon in exec %s's stream: %s", o.p.execID[:12], msg[:k])
+		default:
+			return 0, fmt.Errorf("docker: exec %s's stream: unknown stream %d in a frame header (the daemon's attach format changed?)", o.p.execID[:12], o.hdr[0])
+		}
+	}
+	n, err := r.Read(b[:min(len(b), o.left)])
+	o.left -= n
+	return n, err
 }
 
 // lastOutput reports when output last arrived.

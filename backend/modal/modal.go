@@ -89,6 +89,7 @@ func init() {
 		},
 		Doctor:      Doctor,
 		Envs:        envAdmin{},
+		ListLags:    true, // a sandbox listing is the service's index, which may trail a create
 		Keys:        configKeys,
 		Checkpoints: checkpointAdmin{},
 	})

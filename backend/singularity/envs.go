@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -92,6 +93,9 @@ func (envAdmin) Prune(ctx context.Context, opts backend.Options, maxAge time.Dur
 	for _, i := range running {
 		live[i.Instance] = true
 	}
+	// What crashed checkpoints left, and the checkpoints of forks.
+	sweepCheckpoints(checkpointsDir(scratch), maxAge, opts.Log())
+	sweepCheckpoints(filepath.Join(scratch, "overlays"), 0, opts.Log())
 	var removed []string
 	var errs []error
 	now := time.Now()

@@ -325,14 +325,19 @@ func (b *Backend) reportLimits(limitsApplied bool) {
 
 // prepareOverlay makes the persistent overlay when the environment is
 // persistent: a directory, or an ext3 image created once with
-// `overlay create --sparse --size <container_disk>`.
+// `overlay create --sparse --size <container_disk>`. An environment made
+// from a checkpoint uses the overlay of the checkpoint's kind that
+// fromCheckpoint put in place, persistent or not.
 func (b *Backend) prepareOverlay(ctx context.Context) error {
 	s := b.set
 	b.overlayPath = ""
-	if !s.persistent {
+	if !s.persistent && b.fromKind == "" {
 		return nil
 	}
 	mode, why := overlayChoice(s.overlay)
+	if b.fromKind != "" {
+		mode, why = b.fromKind, "made from a checkpoint of this kind"
+	}
 	if err := os.MkdirAll(filepath.Join(s.scratch, "overlays"), 0o700); err != nil {
 		return fmt.Errorf("singularity: %w", err)
 	}

@@ -114,9 +114,10 @@ func init() {
 		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
 			return New(ctx, opts)
 		},
-		Doctor: Doctor,
-		Envs:   envAdmin{},
-		Keys:   configKeys,
+		Doctor:      Doctor,
+		Envs:        envAdmin{},
+		Keys:        configKeys,
+		Checkpoints: checkpointAdmin{},
 	})
 }
 
@@ -126,9 +127,12 @@ var ErrClosed = errors.New("singularity: backend closed")
 // Capabilities reports IsolationImage for an instance started --containall with
 // no host directory bound in, IsolationNone when singularity_binds or
 // singularity_mount_cwd_to_workspace bind one: a command there reaches the
-// host's files as the user berth runs as.
+// host's files as the user berth runs as. It says how the overlay is
+// checkpointed, or why not (checkpoint.go).
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: b.isolation()}
+	c := backend.Capabilities{Isolation: b.isolation()}
+	b.checkpointCaps(&c)
+	return c
 }
 
 func (b *Backend) isolation() backend.Isolation {
@@ -148,6 +152,8 @@ type Backend struct {
 	setsid      atomic.Bool // the image has setsid: processes lead their own group inside
 	sessionEnv  map[string]string
 	log         *slog.Logger
+	progress    func(backend.Event)
+	fromKind    overlayMode // the overlay kind of the checkpoint it was made from, "" if none
 
 	mu        sync.Mutex
 	pid       int    // host PID of the instance's init
@@ -164,6 +170,7 @@ var (
 	_ backend.Backend      = (*Backend)(nil)
 	_ backend.Recreator    = (*Backend)(nil)
 	_ backend.SessionEnver = (*Backend)(nil)
+	_ backend.Capable      = (*Backend)(nil)
 )
 
 // New finds the Apptainer executable, resolves the image (building a
@@ -186,6 +193,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 		cli:        &cli{bin: bin},
 		sessionEnv: forwardEnv(s.forward, s.getenv),
 		log:        opts.Log().With("backend", Name, "key", s.key),
+		progress:   opts.Progress,
 	}
 	if _, err := b.cli.version(ctx); err != nil {
 		return nil, &backend.UnreachableError{Backend: Name, Target: bin, Hint: "the executable does not run `version`", Err: err}
@@ -193,6 +201,13 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	cleanUpOnce(ctx, b.cli, s.scratch, s.name, b.log)
 	if b.image, err = resolveImage(ctx, b.cli, s, b.log, opts.Begin); err != nil {
 		return nil, err
+	}
+	if opts.From != nil {
+		// An environment made from a checkpoint starts on a fresh copy of
+		// its overlay (checkpoint.go).
+		if err := b.fromCheckpoint(ctx, opts.From); err != nil {
+			return nil, err
+		}
 	}
 	if err := b.start(ctx); err != nil {
 		return nil, err

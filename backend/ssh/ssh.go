@@ -93,8 +93,10 @@ func init() {
 		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
 			return New(ctx, opts)
 		},
-		Doctor: Doctor,
-		Keys:   configKeys,
+		Doctor:      Doctor,
+		Keys:        configKeys,
+		Envs:        envAdmin{},
+		Checkpoints: checkpointAdmin{},
 	})
 }
 
@@ -110,6 +112,11 @@ type Backend struct {
 	conns  []*conn // conns[0] is the main connection; others carry overflow
 	closed bool
 
+	// defaultCd changes to the default directory in a remote command
+	// (cdCommand); fork is what checkpoints need (checkpoint.go).
+	defaultCd string
+	fork      forkState
+
 	sftpOpens  atomic.Int64 // SFTP clients opened (for tests)
 	sftpWrites atomic.Int64 // files written over SFTP (for tests)
 }
@@ -121,7 +128,10 @@ var (
 )
 
 // New resolves the target from opts (terminal settings and ~/.ssh/config).
-// It does not connect; the first Start does. Missing ssh_host or ssh_user is
+// It does not connect (the first Start does) unless terminal.cwd names a
+// workspace other than the remote home: it then looks on the host for the
+// key's fork workspace, or makes it when opts.From asks for an environment
+// made from a checkpoint (checkpoint.go). Missing ssh_host or ssh_user is
 // a *ConfigError naming the setting.
 func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	log := opts.Log()
@@ -130,7 +140,23 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{t: t, opts: opts, log: log, waitDelay: WaitDelay}, nil
+	b := &Backend{t: t, opts: opts, log: log, waitDelay: WaitDelay}
+	if b.defaultCd, err = b.startDir(); err != nil {
+		return nil, err
+	}
+	// An environment made from a checkpoint works in a fresh copy of it
+	// on the host, a later one of the same key in that copy
+	// (checkpoint.go).
+	if opts.From != nil {
+		err = b.fromCheckpoint(ctx, opts.From)
+	} else if opts.Key != "" {
+		err = b.findFork(ctx)
+	}
+	if err != nil {
+		b.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return b, nil
 }
 
 // Name returns "ssh".
@@ -165,7 +191,7 @@ func (b *Backend) Connect(ctx context.Context) error {
 // once. spec.Env is exported in the remote command string (visible in the
 // remote process list for an instant): secrets belong in SessionEnv.
 func (b *Backend) Start(ctx context.Context, spec backend.ProcSpec) (backend.Process, error) {
-	cmd, err := remoteCommand(spec, b.opts.Config.Cwd)
+	cmd, err := remoteCommand(spec, b.defaultCd)
 	if err != nil {
 		return nil, err
 	}
@@ -397,8 +423,10 @@ func (b *Backend) startOn(ctx context.Context, c *conn, cmd string, tty bool) (*
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // remoteCommand builds the command string sent in the exec request. The
-// login shell runs it; every word is quoted for a POSIX shell.
-func remoteCommand(spec backend.ProcSpec, defaultDir string) (string, error) {
+// login shell runs it; every word is quoted for a POSIX shell. defaultCd is
+// the backend's own fragment that changes to the default directory when
+// spec.Dir is "" (cdCommand; "" stays in the remote home).
+func remoteCommand(spec backend.ProcSpec, defaultCd string) (string, error) {
 	if len(spec.Argv) == 0 {
 		return "", errors.New("ssh backend: empty argv")
 	}
@@ -415,25 +443,16 @@ func remoteCommand(spec backend.ProcSpec, defaultDir string) (string, error) {
 		}
 		sb.WriteString("export " + k + "=" + q + "; ")
 	}
-	dir := spec.Dir
-	if dir == "" {
-		dir = defaultDir
-	}
-	switch {
-	case dir == "" || dir == "." || dir == "~":
-		// sshd starts the login shell in the remote home already.
-	case strings.HasPrefix(dir, "~/"):
-		q, err := quote(dir[2:])
+	if spec.Dir != "" || defaultCd == "" {
+		w, err := dirWord(spec.Dir)
 		if err != nil {
 			return "", fmt.Errorf("ssh backend: dir: %w", err)
 		}
-		sb.WriteString(`cd "$HOME"/` + q + " && ")
-	default:
-		q, err := quote(dir)
-		if err != nil {
-			return "", fmt.Errorf("ssh backend: dir: %w", err)
+		if w != "" {
+			sb.WriteString("cd " + w + " && ")
 		}
-		sb.WriteString("cd " + q + " && ")
+	} else {
+		sb.WriteString(defaultCd)
 	}
 	sb.WriteString("exec")
 	for _, a := range spec.Argv {
@@ -444,6 +463,24 @@ func remoteCommand(spec backend.ProcSpec, defaultDir string) (string, error) {
 		sb.WriteString(" " + q)
 	}
 	return sb.String(), nil
+}
+
+// dirWord is dir as one shell word for cd: "~/x" expands the remote
+// home, an absolute or relative path is quoted as it is. "" (and "." and
+// "~") is the remote home, where sshd starts the login shell already.
+func dirWord(dir string) (string, error) {
+	switch {
+	case dir == "" || dir == "." || dir == "~":
+		return "", nil
+	case strings.HasPrefix(dir, "~/"):
+		q, err := quote(dir[2:])
+		if err != nil {
+			return "", err
+		}
+		return `"$HOME"/` + q, nil
+	default:
+		return quote(dir)
+	}
 }
 
 // quote quotes s as one word for a POSIX shell. Strings POSIX quoting in

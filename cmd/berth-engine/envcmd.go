@@ -119,7 +119,7 @@ keeps, and berth's record of it); the environment stays.`,
 					// A listing may lag a create (eventually consistent
 					// APIs): the configured backend is asked by key too.
 					r, ok := backend.Lookup(cfg.Terminal.Backend)
-					if !ok || r.Envs == nil || notAsked[r.Name] != nil {
+					if !ok || r.Envs == nil || !r.ListLags || notAsked[r.Name] != nil {
 						_ = reportNotAsked(notAsked, "")
 						return fmt.Errorf("no environment %q on any backend berth could ask (berth env ls lists them)", key)
 					}

@@ -128,7 +128,7 @@ func (s *scanner) command(argv []arg, io ioInfo, redir string) {
 		s.add("dynamic-command", seg, p.source())
 		s.couldRunOnly(dynamicWho(p), argv[1:], io, seg, redir, nil, s.ifsTexts(argv))
 	}
-	if v, ok := p.lit(); ok && p.node != nil && splittable(p.node) && !s.ifsSet && !plainName(v) {
+	if v, ok := p.lit(); ok && p.node != nil && splittable(p.node) && !s.ifsSet && s.ctx.IFS == nil && !plainName(v) {
 		s.add("dynamic-command", seg, p.source()+": its words depend on IFS, which an earlier call may have set")
 	}
 	s.unknownPositional(argv, seg)

@@ -57,6 +57,13 @@ type Context struct {
 	// definition runs, with its arguments. Names it does not define stay
 	// dynamic.
 	Definitions string
+	// IFS is the value of IFS in the session's shell before the command,
+	// as the shell reported it (nil when berth does not know it: an
+	// earlier call may have set it). An unquoted expansion in command
+	// position is split at it; when it is unknown, a value that is not a
+	// plain name splits where berth cannot tell, and the command is
+	// dynamic.
+	IFS *string
 	// BerthPIDs are the process ids of berth's own processes that the
 	// environment's commands can signal (berth itself, the shell's parent
 	// when that is berth's), and PPID is $PPID in the environment's shell;

@@ -314,6 +314,9 @@ func newScanner(c Context) *scanner {
 		pieceSeen: map[string]bool{}, arrays: map[string][]arg{}, files: map[string]*string{}, copies: map[string]string{},
 	}
 	s.budget(0, 0)
+	if c.IFS != nil && *c.IFS != defaultIFS {
+		s.vars["IFS"] = one(*c.IFS)
+	}
 	if c.Cwd != "" && (path.IsAbs(c.Cwd) || c.Cwd == "~" || strings.HasPrefix(c.Cwd, "~/")) {
 		s.cwd = c.Cwd
 		if c.Home != "" && (s.cwd == "~" || strings.HasPrefix(s.cwd, "~/")) {
@@ -841,7 +844,7 @@ func splittable(w *syntax.Word) bool {
 // characters of IFS (a blank-separated default, or its value when the text
 // sets it); when IFS is only known at run time, so are the words.
 func (s *scanner) split(a arg) []arg {
-	ifs := " \t\n"
+	ifs := defaultIFS
 	if c, ok := s.vars["IFS"]; ok {
 		if c.dyn || len(c.vals) != 1 {
 			a.dyn = true
@@ -1509,3 +1512,6 @@ func (s *scanner) fallback(text string) {
 		s.command(argv, ioInfo{}, "")
 	}
 }
+
+// defaultIFS is IFS when the shell has not changed it (or unset it).
+const defaultIFS = " \t\n"

@@ -45,7 +45,7 @@ func TestCases(t *testing.T) {
 	}
 	for _, c := range all {
 		ctx := testCtx
-		ctx.Names, ctx.BerthPIDs, ctx.PPID, ctx.Definitions = c.Names, c.BerthPIDs, c.PPID, c.Definitions
+		ctx.Names, ctx.BerthPIDs, ctx.PPID, ctx.Definitions, ctx.IFS = c.Names, c.BerthPIDs, c.PPID, c.Definitions, c.IFS
 		fs, _ := Scan(shparse.New(c.Cmd), ctx)
 		got, need := verdict(fs)
 		if got != c.Want {

@@ -249,7 +249,7 @@ func (s *scanner) ifs() (string, bool) {
 		c, ok = *s.callIFS, true
 	}
 	if !ok {
-		return " \t\n", true
+		return defaultIFS, true
 	}
 	if c.dyn || len(c.vals) != 1 {
 		return "", false

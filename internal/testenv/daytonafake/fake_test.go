@@ -289,7 +289,7 @@ func TestErrors(t *testing.T) {
 	if _, resp, err := execute(t, s.ToolboxClient("no-such-sandbox", s.APIKey()), "true"); err == nil || resp.StatusCode != 404 {
 		t.Fatalf("toolbox of an unknown sandbox: %v", err)
 	}
-	big := apiclient.NewCreateSandbox()
+	big := testImageBuild(t) // resources go with a build only
 	big.SetDisk(11)
 	if _, resp, err := api.SandboxAPI.CreateSandbox(ctx).CreateSandbox(*big).Execute(); err == nil || resp.StatusCode != 400 || !strings.Contains(body(err), "10GB") {
 		t.Fatalf("disk over 10 GiB: %v %s", err, body(err))

@@ -25,10 +25,12 @@ type poolKey struct {
 	noNetwork   bool
 }
 
-// poolKeyLocked is sb's shape; ok is false when sb cannot come from the pool.
+// poolKeyLocked is sb's shape; ok is false when sb cannot come from the pool:
+// it has env, or it is made from a snapshot of a sandbox (Daytona's warm
+// pools hold sandboxes of the snapshots they are configured for).
 // Called with s.mu held.
 func (sb *sandbox) poolKeyLocked(image string) (poolKey, bool) {
-	return poolKey{image: image, cpu: sb.cpu, memory: sb.memory, noNetwork: sb.networkBlockAll}, len(sb.env) == 0
+	return poolKey{image: image, cpu: sb.cpu, memory: sb.memory, noNetwork: sb.networkBlockAll}, len(sb.env) == 0 && sb.fromSnapshot == ""
 }
 
 // takeWarm hands out a ready container of shape k, if the pool has one,

@@ -195,6 +195,13 @@ func (p *ptySession) start(ctx context.Context) error {
 		cwd = p.sb.workDir(ctx) // the daemon's own working directory
 	}
 	size := client.ConsoleSize{Height: uint(p.rows), Width: uint(p.cols)}
+	// Not while the container is frozen for a snapshot; the shell's pid
+	// line below says its process runs.
+	end, err := s.gate.begin(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer end()
 	cr, err := s.docker.ExecCreate(ctx, id, client.ExecCreateOptions{
 		TTY: true, AttachStdin: true, AttachStdout: true, AttachStderr: true, ConsoleSize: size,
 		Cmd: []string{"/bin/sh", "-c", ptyWrapper}, Env: env, WorkingDir: cwd,

@@ -64,6 +64,9 @@ type sandbox struct {
 	ptys            map[string]*ptySession
 	dirsOf          string // the container home and work were asked of
 	home, work      string
+	fromSnapshot    string                 // the id of the snapshot record it was created from ("" for an image)
+	pullFails       bool                   // Unkind.SnapshotPullFailEvery hit its creation
+	snapshotFrom    apiclient.SandboxState // while snapshotting: the state it returns to
 }
 
 // ident names the sandbox in the identity of its fault streams: by its
@@ -275,6 +278,18 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "invalid request body: "+err.Error())
 		return
 	}
+	if req.BuildInfo != nil && req.Snapshot != nil && *req.Snapshot != "" {
+		apiError(w, http.StatusBadRequest, "Cannot specify a snapshot when using a build info entry")
+		return
+	}
+	if req.BuildInfo == nil && (req.Cpu != nil && *req.Cpu != 0 || req.Gpu != nil && *req.Gpu != 0 ||
+		req.Memory != nil && *req.Memory != 0 || req.Disk != nil && *req.Disk != 0) {
+		// Source: apps/api/src/sandbox/controllers/sandbox.controller.ts
+		// (createSandbox): a sandbox made from a snapshot gets the
+		// snapshot's resources.
+		apiError(w, http.StatusBadRequest, "Cannot specify Sandbox resources when using a snapshot")
+		return
+	}
 	now := time.Now()
 	sb := &sandbox{
 		s: s, id: newID(), user: s.defaultUser(), env: map[string]string{}, labels: map[string]string{},
@@ -337,8 +352,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		sb.image, buildErr = parseDockerfile(sb.dockerfile)
 		sb.state = apiclient.SANDBOXSTATE_PENDING_BUILD
 	case req.Snapshot != nil && *req.Snapshot != "":
-		sb.snapshot = *req.Snapshot
-		sb.image = *req.Snapshot
+		if !s.fromSnapshot(w, r.Context(), sb, *req.Snapshot) {
+			return
+		}
 	default:
 		sb.image = s.opts.DefaultImage
 		sb.snapshot = s.opts.DefaultImage
@@ -373,6 +389,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.delay(s.ctx, where("transition", sb.ident()))
 		if buildErr != nil {
 			sb.setState(apiclient.SANDBOXSTATE_BUILD_FAILED, buildErr.Error())
+			return
+		}
+		if sb.pullFails {
+			sb.setState(apiclient.SANDBOXSTATE_ERROR, snapshotPullError)
 			return
 		}
 		if err := sb.create(s.ctx); err != nil {
@@ -734,6 +754,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 			if err := sb.removeAll(ctx); err != nil {
 				return err
 			}
+			s.sweepSnapshotImages(ctx) // a removed snapshot's image this sandbox ran on
 			s.mu.Lock()
 			delete(s.sandboxes, sb.id)
 			sb.state = apiclient.SANDBOXSTATE_DESTROYED

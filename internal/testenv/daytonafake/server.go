@@ -12,8 +12,11 @@
 // toolbox path answers 501 with a message saying the fake does not
 // implement it: the sessions API (/process/session...), PTY
 // create-connect, file listing, search, move and details, git, LSP,
-// computer use, snapshots, volumes, regions and the SDK's socket.io event
-// stream (the SDK falls back to polling GET /sandbox/{id}). Every response is built from the generated
+// computer use, snapshots made from images (POST /snapshots), volumes,
+// regions, forks and the SDK's socket.io event stream (the SDK falls back
+// to polling GET /sandbox/{id}). Snapshots of sandboxes are implemented
+// (snapshot.go): POST /sandbox/{id}/snapshot, GET /snapshots and
+// /snapshots/{id}, DELETE /snapshots/{id}, and sandboxes created from them. Every response is built from the generated
 // models, so the clients can decode it (they reject a body that lacks a
 // required field). What the fake does, it does for real:
 //
@@ -161,6 +164,9 @@ type Server struct {
 
 	pool        map[poolKey][]string // ready container ids by shape
 	poolFilling map[poolKey]bool
+
+	snaps snapshotStore // snapshots of sandboxes (snapshot.go); guarded by mu
+	gate  execGate      // process starts kept out of frozen containers (freeze.go)
 }
 
 // Labels the fake puts on its containers and images.
@@ -302,6 +308,9 @@ func (s *Server) Close() error {
 	s.stop()
 	s.wg.Wait()
 	s.drainPool(ctx)
+	if err := s.removeSnapshotImages(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -361,6 +370,10 @@ func (s *Server) routes(mux *http.ServeMux) {
 	api("POST /api/sandbox/{idOrName}/autostop/{interval}", s.setAutostop)
 	api("GET /api/sandbox/{idOrName}/toolbox-proxy-url", s.toolboxProxyURL)
 	api("POST /api/sandbox/{idOrName}/recover", s.recoverSandbox)
+	api("POST /api/sandbox/{idOrName}/snapshot", s.createSandboxSnapshot)
+	api("GET /api/snapshots", s.listSnapshots)
+	api("GET /api/snapshots/{id}", s.getSnapshot)
+	api("DELETE /api/snapshots/{id}", s.removeSnapshot)
 	mux.HandleFunc("GET /api/health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("/api/", s.apiAuth(func(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusNotImplemented, fmt.Sprintf("daytonafake: %s %s is not implemented: the fake serves only the endpoints berth's daytona backend and the SDK check use (see the package doc)", r.Method, r.URL.Path))

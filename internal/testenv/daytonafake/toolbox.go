@@ -54,8 +54,20 @@ func (s *Server) toolboxAuth(h func(http.ResponseWriter, *http.Request, *sandbox
 		var st apiclient.SandboxState
 		if sb != nil {
 			st = sb.state
+			if st == apiclient.SANDBOXSTATE_SNAPSHOTTING {
+				// A snapshot's capture does not stop the sandbox: its
+				// toolbox answers as in the state it returns to.
+				st = sb.snapshotFrom
+			}
 		}
 		s.mu.Unlock()
+		if st == apiclient.SANDBOXSTATE_STARTED {
+			// While its container is frozen for a snapshot's commit, the
+			// daemon inside answers nothing: the call waits.
+			if err := s.gate.await(r.Context(), sb.container()); err != nil {
+				return
+			}
+		}
 		switch {
 		case sb == nil:
 			toolboxError(w, r, http.StatusNotFound, toolbox.DAEMONERRORCODE_CodeNotFound, fmt.Sprintf("not found: sandbox %s not found", id))
@@ -102,6 +114,12 @@ func (sb *sandbox) run(ctx context.Context, o execOpts, stdout, stderr io.Writer
 // runIn runs a process in a container (see sandbox.run).
 func (s *Server) runIn(ctx context.Context, id string, o execOpts, stdout, stderr io.Writer) (int, error) {
 	d := s.docker
+	// Not while the container is frozen for a snapshot (see execGate).
+	end, err := s.gate.begin(ctx, id)
+	if err != nil {
+		return -1, err
+	}
+	defer end()
 	cr, err := d.ExecCreate(ctx, id, client.ExecCreateOptions{
 		AttachStdin: o.stdin != nil, AttachStdout: true, AttachStderr: true,
 		Cmd: o.argv, Env: o.env, WorkingDir: o.dir, User: o.user,
@@ -114,6 +132,10 @@ func (s *Server) runIn(ctx context.Context, id string, o execOpts, stdout, stder
 		return -1, fmt.Errorf("attach exec: %w", err)
 	}
 	defer att.Close()
+	if s.opts.Unkind.SnapshotFreeze {
+		s.awaitExecRunning(ctx, cr.ID)
+	}
+	end()
 	werr := make(chan error, 1)
 	if o.stdin != nil {
 		go func() {

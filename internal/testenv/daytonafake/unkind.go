@@ -127,6 +127,59 @@ type Unkind struct {
 	// answer, toolbox call and sandbox state transition: real calls cross
 	// a network and real transitions take time.
 	Jitter fault.Jitter
+
+	// SnapshotFreeze pauses a started sandbox's container (the cgroup
+	// freezer: every process stops where it is) for the commit of a
+	// snapshot, and holds every toolbox call to the sandbox until it is
+	// unpaused, as the daemon inside is frozen too; the kind fake commits
+	// a running container without pausing it. Source: apps/runner/pkg/
+	// docker/snapshot_sandbox.go (CreateSnapshotFromSandbox: "Running
+	// containers are briefly paused during commit to produce a consistent
+	// on-disk snapshot": ContainerPause, commitContainer, ContainerUnpause,
+	// then the push).
+	SnapshotFreeze bool
+
+	// SnapshotDelay is drawn for each snapshot's capture, after its
+	// commit: Daytona pushes the committed image to its registry before the
+	// snapshot turns active, and the sandbox stays snapshotting
+	// meanwhile. Sources: snapshot_sandbox.go (PushImage after the
+	// commit); apps/api/src/sandbox/services/sandbox.service.ts
+	// (runV0SnapshotFromSandbox: the runner's "commit+push endpoint, which
+	// can take several minutes").
+	SnapshotDelay fault.Jitter
+
+	// SnapshotFailEvery fails one in every N captures of a sandbox
+	// (fault.Every, counted per sandbox), after the commit: the snapshot
+	// ends in state error with the runner's reason (the capture timed out,
+	// the push failed), and the sandbox returns to the state it had.
+	// Sources: snapshot_sandbox.go and the runner's capture
+	// ("snapshot capture timed out after %dm"); apps/api/src/sandbox/utils/
+	// persist-snapshot-from-sandbox.util.ts (failSnapshotFromSandbox:
+	// snapshotting → error with errorReason); sandbox.service.ts (the
+	// sandbox's previous state is restored whether the capture succeeded
+	// or not). 0 means never.
+	SnapshotFailEvery int
+
+	// SnapshotLateRecord answers as Daytona's API did before a snapshot's
+	// record was made with its capture: GET /snapshots/{name} is 404 until
+	// the capture succeeded, and a failed capture leaves no record at all;
+	// only the sandbox leaving state snapshotting says the capture ended.
+	// Source: persist-snapshot-from-sandbox.util.ts in its earlier
+	// versions (persistSnapshotFromSandbox inserts the row, active, on
+	// success only) and sandbox.service.ts (runV0SnapshotFromSandbox:
+	// "Errors are intentionally swallowed - sandbox state is the source of
+	// truth").
+	SnapshotLateRecord bool
+
+	// SnapshotPullFailEvery makes one in every N sandboxes created from a
+	// snapshot of a sandbox (fault.Every, counted per snapshot) end in
+	// state error, "Failed to pull snapshot image": the runner it lands on
+	// must pull the snapshot's image from Daytona's registry first. Source:
+	// api-client-go v0.201.0 api/openapi.yaml (Sandbox.errorReason's
+	// example, "Failed to pull snapshot image"; state pulling_snapshot);
+	// apps/runner/pkg/docker/snapshot_pull.go (PullSnapshot: the image
+	// pulled from the registry). 0 means never.
+	SnapshotPullFailEvery int
 }
 
 // Realistic is every switch on, with small random delays: what berth's
@@ -146,6 +199,12 @@ func Realistic() Unkind {
 		NonRootUser:      true,
 		IdleCut:          60 * time.Second,
 		Jitter:           fault.Jitter{Max: 20 * time.Millisecond},
+
+		SnapshotFreeze:        true,
+		SnapshotDelay:         fault.Jitter{Min: 50 * time.Millisecond, Max: 300 * time.Millisecond},
+		SnapshotFailEvery:     5,
+		SnapshotLateRecord:    true,
+		SnapshotPullFailEvery: 7,
 	}
 }
 
@@ -170,6 +229,11 @@ func (u Unkind) String() string {
 	add(u.NonRootUser, "non-root user")
 	add(u.IdleCut > 0, "idle cut %v", u.IdleCut)
 	add(u.Jitter.On(), "delays %v", u.Jitter)
+	add(u.SnapshotFreeze, "snapshot commits frozen")
+	add(u.SnapshotDelay.On(), "snapshot pushes %v", u.SnapshotDelay)
+	add(u.SnapshotFailEvery > 0, "snapshot captures failed on %v", fault.Every(u.SnapshotFailEvery))
+	add(u.SnapshotLateRecord, "snapshot records only on success")
+	add(u.SnapshotPullFailEvery > 0, "snapshot pulls failed on %v", fault.Every(u.SnapshotPullFailEvery))
 	if len(on) == 0 {
 		return "none"
 	}
@@ -281,11 +345,15 @@ func (s *Server) transient(w http.ResponseWriter, plane, subject string) bool {
 // or cut as idle.
 type Unkindness struct {
 	RateLimited, Transient, SlowConsumersDropped, IdleCut int
+	// SnapshotsFailed counts captures SnapshotFailEvery failed,
+	// SnapshotPullsFailed sandboxes SnapshotPullFailEvery failed.
+	SnapshotsFailed, SnapshotPullsFailed int
 }
 
 // Unkindness returns the counts so far.
 func (s *Server) Unkindness() Unkindness {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Unkindness{RateLimited: s.limited, Transient: s.transients, SlowConsumersDropped: s.dropped, IdleCut: s.idleCut}
+	return Unkindness{RateLimited: s.limited, Transient: s.transients, SlowConsumersDropped: s.dropped, IdleCut: s.idleCut,
+		SnapshotsFailed: s.snaps.failed, SnapshotPullsFailed: s.snaps.pullsFailed}
 }

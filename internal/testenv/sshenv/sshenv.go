@@ -51,6 +51,7 @@ type Server struct {
 	hostKeyPath string
 	configPath  string
 	noSFTP      bool
+	setEnv      []string // more SetEnv NAME=value entries
 	forwarding  []string // PermitOpen targets; nil: no TCP forwarding
 
 	mu  sync.Mutex
@@ -75,6 +76,13 @@ type Option func(*Server)
 // offers no SFTP: it refuses every request for the sftp subsystem.
 func WithoutSFTP() Option {
 	return func(s *Server) { s.noSFTP = true }
+}
+
+// WithSetEnv adds NAME=value entries to the server's SetEnv line: every
+// session starts with them, PATH included (sshd applies SetEnv after its
+// default PATH), as on a host whose tools differ from this one's.
+func WithSetEnv(kv ...string) Option {
+	return func(s *Server) { s.setEnv = append(s.setEnv, kv...) }
 }
 
 // WithForwarding makes the server a jump host: it accepts direct-tcpip
@@ -323,7 +331,7 @@ func (s *Server) writeConfig() error {
 		// top-level shell (SHLVL < 2 after its increment). The test user's
 		// real dotfiles (here root's) must neither slow sessions down nor
 		// print into their output, so sessions start one level deeper.
-		"SetEnv SHLVL=1",
+		"SetEnv " + strings.Join(append([]string{"SHLVL=1"}, s.setEnv...), " "),
 	}, append(forward, "")...), "\n")
 	return os.WriteFile(s.configPath, []byte(cfg), 0o600)
 }

@@ -14,6 +14,9 @@
 //	@defs= "f () ..."   definitions of earlier calls' functions and
 //	                    aliases (Context.Definitions, a Go string
 //	                    literal), likewise; "@defs" alone forgets them
+//	@ifs= " \t\n"       IFS in the session's shell before the command
+//	                    (Context.IFS, a Go string literal), likewise;
+//	                    "@ifs" alone makes it unknown again
 //	floor rm-system-dir: rm -rf /
 //	ask rm-recursive: rm -rf src
 //	ok: echo "rm -rf /"
@@ -49,6 +52,8 @@ type Case struct {
 	PPID      string
 	// Definitions is Context.Definitions.
 	Definitions string
+	// IFS is Context.IFS.
+	IFS *string
 }
 
 func (c Case) String() string { return fmt.Sprintf("%s.txt:%d: %q", c.File, c.Line, c.Cmd) }
@@ -60,6 +65,7 @@ func Parse(family, text string) ([]Case, error) {
 	var out []Case
 	var names, pids []string
 	ppid, defs := "", ""
+	var ifs *string
 	for i, line := range strings.Split(text, "\n") {
 		n := i + 1
 		switch {
@@ -84,14 +90,24 @@ func Parse(family, text string) ([]Case, error) {
 			}
 			defs = d
 			continue
+		case line == "@ifs":
+			ifs = nil
+			continue
+		case strings.HasPrefix(line, "@ifs= "):
+			v, err := strconv.Unquote(strings.TrimPrefix(line, "@ifs= "))
+			if err != nil {
+				return nil, fmt.Errorf("%s.txt:%d: @ifs= takes a Go string literal: %v", family, n, err)
+			}
+			ifs = &v
+			continue
 		case strings.HasPrefix(line, "@"):
-			return nil, fmt.Errorf("%s.txt:%d: unknown directive %q (@names, @berthpids, @ppid, @defs)", family, n, line)
+			return nil, fmt.Errorf("%s.txt:%d: unknown directive %q (@names, @berthpids, @ppid, @defs, @ifs)", family, n, line)
 		}
 		m := caseLine.FindStringSubmatch(line)
 		if m == nil {
 			return nil, fmt.Errorf("%s.txt:%d: %q is no case: want \"VERDICT [RULE]: COMMAND\" (ok, ask or floor)", family, n, line)
 		}
-		c := Case{File: family, Line: n, Want: m[1], Rule: m[2], Cmd: m[4], Names: names, BerthPIDs: pids, PPID: ppid, Definitions: defs}
+		c := Case{File: family, Line: n, Want: m[1], Rule: m[2], Cmd: m[4], Names: names, BerthPIDs: pids, PPID: ppid, Definitions: defs, IFS: ifs}
 		if m[3] == "=" {
 			cmd, err := strconv.Unquote(m[4])
 			if err != nil {
