@@ -33,7 +33,7 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	backendtest.Run(t, Name, backendtest.Config{Setup: func(t *testing.T) backendtest.Target {
 		f := newFixture(t)
-		return backendtest.Target{New: f.factory(nil), Options: backendtest.Options{
+		return backendtest.Target{New: f.factory(nil), NewFrom: f.factoryFrom(), Checkpoints: fixtureCheckpoints{f.options(t, nil)}, Options: backendtest.Options{
 			Reopen: func(t testing.TB, key string) backend.Backend {
 				opts := f.options(t, func(c *config.Terminal) {
 					c.ContainerPersistent = true
@@ -47,8 +47,9 @@ func TestConformance(t *testing.T) {
 				})
 				return newBackend(t, opts)
 			},
-			KeptDir:  "/root",
-			Internal: func(t *testing.T) { internalTests(t, f) },
+			KeptDir:       "/root",
+			CheckpointDir: "/workspace",
+			Internal:      func(t *testing.T) { internalTests(t, f) },
 		}}
 	}}, backendtest.Config{
 		Name: "spdy",

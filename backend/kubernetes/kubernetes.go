@@ -74,10 +74,11 @@ func init() {
 		New: func(ctx context.Context, opts backend.Options) (backend.Backend, error) {
 			return New(ctx, opts)
 		},
-		Doctor: Doctor,
-		Envs:   envAdmin{},
-		Keys:   configKeys,
-		Pool:   pooler{},
+		Doctor:      Doctor,
+		Envs:        envAdmin{},
+		Keys:        configKeys,
+		Pool:        pooler{},
+		Checkpoints: checkpointAdmin{},
 	})
 }
 
@@ -108,6 +109,9 @@ type Backend struct {
 	spare        *process
 	sparePending chan struct{}
 	spareUID     types.UID
+	// restoring is the checkpoint New is making the environment's claim
+	// from (checkpoint.go), while it does.
+	restoring *restoreSource
 }
 
 // Interface checks.
@@ -119,15 +123,18 @@ var (
 )
 
 // Capabilities reports IsolationImage: the pod has nothing of any host mounted
-// (berth mounts only its own volumes: an emptyDir, a claim, /dev/shm).
+// (berth mounts only its own volumes: an emptyDir, a claim, /dev/shm); and
+// how its files are checkpointed (checkpoint.go).
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Isolation: backend.IsolationImage}
+	return backend.Capabilities{Isolation: backend.IsolationImage, Checkpoint: checkpointHow(b.set)}
 }
 
 // New loads the client configuration, sweeps what crashed berths left in
 // the namespace (once per process), and finds the key's pod — reattaching
 // to it — or creates it, waiting until its container runs and a first
-// exec stream (the spare, see spare.go) is open in it.
+// exec stream (the spare, see spare.go) is open in it. With opts.From the
+// environment is new and starts with the checkpoint's files (whatever the
+// key had is replaced; checkpoint.go).
 //
 // A cluster that cannot be reached gives a *backend.UnreachableError; an
 // image that cannot be pulled an *ImageError.
@@ -143,7 +150,7 @@ func New(ctx context.Context, opts backend.Options) (*Backend, error) {
 	b := &Backend{set: s, c: c, log: opts.Log().With("backend", Name, "key", s.Key), nonce: newNonce()}
 	b.setPod(PodName(s.Key))
 	b.cleanUpOnce(ctx, opts.Config.LifetimeSeconds)
-	uid, err := b.ensure(ctx)
+	uid, err := b.ensureFrom(ctx, opts.From)
 	if err != nil {
 		return nil, err
 	}

@@ -121,6 +121,10 @@ func sweep(ctx context.Context, c *cluster, maxAge time.Duration, claimsToo bool
 			}
 		}
 	}
+	// What crashed berths left of checkpoints (checkpoint.go).
+	if err := sweepCheckpoints(ctx, c); err != nil {
+		errs = append(errs, err)
+	}
 	return dedupe(removed), errors.Join(errs...)
 }
 

@@ -23,7 +23,7 @@ const (
 	LabelManaged    = "app.kubernetes.io/managed-by" // always "berth"
 	LabelEnv        = "berth/env"                    // envHash of the environment key
 	LabelPersistent = "berth/persistent"             // "1" when container_persistent was on
-	LabelRole       = "berth/role"                   // "sandbox", "home" or "deny-all"
+	LabelRole       = "berth/role"                   // "sandbox", "home", "deny-all", "checkpoint" or "checkpoint-io"
 
 	AnnKey    = "berth/key"    // the environment key, as given
 	AnnOwner  = "berth/owner"  // procmark of the berth that created the pod
@@ -66,13 +66,18 @@ func (s *settings) labels(role string) map[string]string {
 	}
 }
 
-// selector selects the objects of the environment of key.
+// selector selects the objects of the environment of key (not its
+// checkpoints, which outlive it, nor their helper pods).
 func selector(key string) string {
-	return LabelManaged + "=" + managedBy + "," + LabelEnv + "=" + envHash(key)
+	return LabelManaged + "=" + managedBy + "," + LabelEnv + "=" + envHash(key) + "," + notCheckpoint
 }
 
-// allSelector selects every object berth made.
-const allSelector = LabelManaged + "=" + managedBy
+// allSelector selects every environment's objects berth made (not the
+// checkpoints, see checkpoint.go).
+const allSelector = LabelManaged + "=" + managedBy + "," + notCheckpoint
+
+// notCheckpoint leaves out checkpoints' objects and helper pods.
+const notCheckpoint = "!" + LabelCheckpoint
 
 // resources are the container's requests and limits, equal (a pod whose
 // cpu and memory are both set is then in the Guaranteed QoS class).
@@ -201,6 +206,7 @@ func (b *Backend) claimObject() *corev1.PersistentVolumeClaim {
 		sc := s.StorageClass
 		pvc.Spec.StorageClassName = &sc
 	}
+	b.claimSource(pvc)
 	return pvc
 }
 
