@@ -353,3 +353,40 @@ func TestQuickRequests(t *testing.T) {
 		t.Fatalf("version 1 status: frame %+v, err %v; want this daemon's status", f, err)
 	}
 }
+
+// TestStopAnsweredBeforeServeReturns: the answer to berth daemon stop is
+// sent before Serve returns (after which the process exits, and a
+// connection closed unanswered reads as a daemon that died: seen in CI as
+// "the berth daemon closed the connection before answering"). The hook
+// holds the answer back; Serve must wait for it.
+func TestStopAnsweredBeforeServeReturns(t *testing.T) {
+	beforeStopReply = func() { time.Sleep(2 * time.Second) }
+	t.Cleanup(func() { beforeStopReply = nil })
+	home, errc := serve(t, 0)
+	c, err := wire.Dial(context.Background(), wire.DialOptions{Home: home, NoStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	replied := make(chan error, 1)
+	go func() {
+		_, err := c.Do(wire.Request{Op: wire.OpStop, Version: wire.ProtocolVersion})
+		replied <- err
+	}()
+	select {
+	case err := <-errc:
+		errc <- err // for serve's cleanup
+	case <-time.After(20 * time.Second):
+		t.Fatal("Serve did not return after berth daemon stop")
+	}
+	// Sent before Serve returned, the answer is read at once; held back,
+	// it would come a second later still.
+	select {
+	case err := <-replied:
+		if err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("Serve returned before the answer to berth daemon stop was sent")
+	}
+}

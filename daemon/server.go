@@ -64,6 +64,10 @@ type Server struct {
 	lastActive time.Time
 	stopping   bool
 	stopped    chan struct{} // closed once cleanup finished
+	// stopReplies counts the answers to berth daemon stop not yet sent:
+	// Serve returns (and the process exits) only once they are, or after
+	// stopReplyBound.
+	stopReplies sync.WaitGroup
 }
 
 // Serve runs a daemon for opts.Home until ctx ends, it is stopped, or it
@@ -140,8 +144,23 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 	case <-s.stopped:
 	}
 	<-s.stopped
+	sent := make(chan struct{})
+	go func() { s.stopReplies.Wait(); close(sent) }()
+	select {
+	case <-sent:
+	case <-time.After(stopReplyBound):
+		s.log.Warn("daemon: the answer to berth daemon stop was not sent in time", "bound", stopReplyBound)
+	}
 	return nil
 }
+
+// stopReplyBound bounds how long a stopped daemon waits to send the answer
+// to the berth daemon stop that stopped it.
+const stopReplyBound = 5 * time.Second
+
+// beforeStopReply, when set (tests), runs before the answer to berth
+// daemon stop is sent.
+var beforeStopReply func()
 
 // lockPID takes the daemon's lifetime lock and writes the pid into it.
 func lockPID(path string) (*os.File, error) {
@@ -345,6 +364,7 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 		}
 		cl := s.begin(c, frames, req, owner)
 		var reply *wire.Reply
+		stopReply := false
 		var tap *tapWriter
 		switch req.Op {
 		case wire.OpRun:
@@ -367,6 +387,11 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 			st := s.Status()
 			reply = &wire.Reply{Status: &st}
 		case wire.OpStop:
+			// The caller gets its answer before Serve returns: the
+			// process exits then, and a connection closed before the
+			// answer reads as a daemon that died.
+			s.stopReplies.Add(1)
+			stopReply = true
 			s.shutdown("berth daemon stop")
 			reply = &wire.Reply{}
 		default:
@@ -379,7 +404,14 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 			// reader to take the rest of the output.
 			tap.flush()
 		}
-		if err := c.Send(wire.Frame{T: wire.FrameResult, Reply: reply}); err != nil {
+		if stopReply && beforeStopReply != nil {
+			beforeStopReply()
+		}
+		err := c.Send(wire.Frame{T: wire.FrameResult, Reply: reply})
+		if stopReply {
+			s.stopReplies.Done()
+		}
+		if err != nil {
 			s.log.Debug("daemon: reply", "err", err)
 			return
 		}
