@@ -147,13 +147,16 @@ func Output(ctx context.Context, be Backend, spec ProcSpec, stdin io.Reader, max
 	defer p.Close()
 	werr := make(chan error, 1)
 	go func() {
+		// Only a failure to send stdin's bytes counts. Closing stdin after
+		// they went (or with none to send) may fail because the process
+		// already exited, which it may do before or after the close
+		// arrives: that says nothing about the run, and an error that
+		// depends on which came first would not be one.
 		var err error
 		if stdin != nil {
 			_, err = io.Copy(p.Stdin(), stdin)
 		}
-		if cerr := p.Stdin().Close(); err == nil {
-			err = cerr
-		}
+		p.Stdin().Close()
 		werr <- err
 	}()
 	out := &capBuffer{max: max}
