@@ -57,6 +57,14 @@ const (
 // can arrive too early. (sh reads a pipe byte by byte: the rest of stdin is
 // the process's.)
 //
+// After the status line the wrapper stays 0.2 s (when the image has a
+// sleep) before it exits: the line is the last thing the exec writes, and
+// when the exec's process ends at once the runtime's copy of its stderr
+// to the kubelet was now and then cut short on a loaded machine (containerd
+// logs "Failed to pipe stderr ... EOF"), and a process that ran to its end
+// read as "the exec stream ended without the exit status". berth has the
+// status when the line arrives, so nobody waits for the 0.2 s.
+//
 // Its first argument says where the process's description comes from:
 // "+" (the arguments that follow) or "-" (stdin, as shell words, up to a
 // line holding the second argument: a spare exec started before it was
@@ -78,15 +86,16 @@ fi
 d=$1 n=$2
 shift 2
 while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n - 1)); done
-if [ -n "$d" ] && ! cd "$d" 2>&1; then printf 'S\nE1\n' >&3; exit 0; fi
+if [ -n "$d" ] && ! cd "$d" 2>&1; then printf 'S\nE1\n' >&3; sleep 0.2 2>/dev/null; exit 0; fi
 printf 'S\n' >&3
 if ! command -v "$1" >/dev/null 2>&1; then
   printf '%s: %s: not found\n' "${0}" "$1"
-  printf 'E127\n' >&3; exit 0
+  printf 'E127\n' >&3; sleep 0.2 2>/dev/null; exit 0
 fi
 if command -v setsid >/dev/null 2>&1; then set -- setsid "$@"; fi
 (exec "$@" 2>&1 3>&-)
 printf 'E%d\n' "$?" >&3
+sleep 0.2 2>/dev/null
 `
 
 // ttyWrapper applies the directory and environment to a TTY process,
