@@ -57,6 +57,7 @@ var keptDirs = []string{"root", "workspace"}
 // Nothing to archive writes nothing.
 const tarOutScript = `IFS= read -r __berth_go || exit 0
 cd "$1" || { printf 'berth-exit 1\n' >&2; exit 0; }
+export "$2"
 set --
 for d in root workspace; do
   [ -d "$d" ] && [ -r "$d" ] && [ -x "$d" ] || continue
@@ -67,6 +68,18 @@ done
 s=0
 if [ $# -gt 0 ]; then tar --numeric-owner -cf - "$@"; s=$?; fi
 printf 'berth-exit %d\n' "$s" >&2
+`
+
+// stopMarkedScript kills the processes whose environment holds $1 (a
+// copy's mark, NAME=VALUE): a source's tar whose copy failed. The exec's
+// end does not end it: the runtime may keep its output pipe open without
+// reading it, and tar then waits on a full pipe for as long as the pod
+// lives (seen on a loaded machine: still running 30 s after the copy).
+const stopMarkedScript = `IFS= read -r __berth_go || :
+for f in $(grep -l -s -z -x -F -e "$1" /proc/[0-9]*/environ); do
+  p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null
+done
+printf 'berth-exit 0\n' >&2
 `
 
 // tarInScript extracts the archive on stdin under the directory $1, after
@@ -128,8 +141,11 @@ func (b *Backend) copyTree(ctx context.Context, from, to endpoint, wipe bool) (i
 		err    error
 	}
 	srcDone := make(chan result, 1)
+	// The source's tar carries a mark of this copy in its environment, so
+	// that a copy that fails can stop it (stopMarkedScript).
+	mark := "BERTH_COPY=" + newNonce()
 	go func() {
-		code, stderr, err := b.execScript(srcCtx, from.pod, tarOutScript, []string{from.base}, nil, countWriter{pw, &n})
+		code, stderr, err := b.execScript(srcCtx, from.pod, tarOutScript, []string{from.base, mark}, nil, countWriter{pw, &n})
 		if err == nil && code != 0 && !changedWhileRead(code, stderr) {
 			err = fmt.Errorf("tar in pod %s exited with status %d: %s", from.pod, code, strings.TrimSpace(stderr))
 		}
@@ -166,6 +182,11 @@ func (b *Backend) copyTree(ctx context.Context, from, to endpoint, wipe bool) (i
 	if derr != nil {
 		cancelSrc()
 		pr.CloseWithError(derr)
+		stopCtx, cancelStop := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if _, _, err := b.execScript(stopCtx, from.pod, stopMarkedScript, []string{mark}, nil, io.Discard); err != nil {
+			b.log.Warn("kubernetes: could not stop the source's tar of a failed copy", "pod", from.pod, "err", err)
+		}
+		cancelStop()
 	} else {
 		// tar stops reading at the archive's end marker; what follows it
 		// (the record's padding) must still be taken for the source to end.
