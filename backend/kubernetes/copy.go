@@ -182,11 +182,6 @@ func (b *Backend) copyTree(ctx context.Context, from, to endpoint, wipe bool) (i
 	if derr != nil {
 		cancelSrc()
 		pr.CloseWithError(derr)
-		stopCtx, cancelStop := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		if _, _, err := b.execScript(stopCtx, from.pod, stopMarkedScript, []string{mark}, nil, io.Discard); err != nil {
-			b.log.Warn("kubernetes: could not stop the source's tar of a failed copy", "pod", from.pod, "err", err)
-		}
-		cancelStop()
 	} else {
 		// tar stops reading at the archive's end marker; what follows it
 		// (the record's padding) must still be taken for the source to end.
@@ -199,6 +194,14 @@ func (b *Backend) copyTree(ctx context.Context, from, to endpoint, wipe bool) (i
 	// the source only ended because the destination failed and this
 	// function cancelled it.
 	cancelledByDst := derr != nil && errors.Is(src.err, context.Canceled) && ctx.Err() == nil
+	if cancelledByDst {
+		// Its exec ended, not necessarily its tar.
+		stopCtx, cancelStop := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if _, _, err := b.execScript(stopCtx, from.pod, stopMarkedScript, []string{mark}, nil, io.Discard); err != nil {
+			b.log.Warn("kubernetes: could not stop the source's tar of a failed copy", "pod", from.pod, "err", err)
+		}
+		cancelStop()
+	}
 	if src.err != nil && !cancelledByDst {
 		return n.Load(), src.err
 	}
