@@ -42,6 +42,13 @@ type fakeStorage struct {
 	refuseClone bool // the driver refuses dataSource PersistentVolumeClaim
 	binding     storagev1.VolumeBindingMode
 	noDefault   bool // the class is not the cluster's default
+	// execAfterHelper holds the refusal of a copy's source exec (the one
+	// carrying the copy's BERTH_COPY mark) until a checkpoint's helper
+	// pod has been made (5 s at most), so that a copy whose source is
+	// refused has always begun its destination: a test can then look at
+	// the helper however the two sides' goroutines ran.
+	execAfterHelper bool
+	helperMade      chan struct{}
 
 	mu     sync.Mutex
 	objs   map[string]runtime.Object // "pods/name", "persistentvolumeclaims/name"
@@ -61,7 +68,7 @@ const fakeNode = "node-a"
 
 func newFakeStorage() *fakeStorage {
 	return &fakeStorage{driver: "fake.csi.example", binding: storagev1.VolumeBindingImmediate,
-		objs: map[string]runtime.Object{}, snaps: map[string]map[string]any{}}
+		objs: map[string]runtime.Object{}, snaps: map[string]map[string]any{}, helperMade: make(chan struct{})}
 }
 
 // start serves f and returns options whose kubeconfig points at it, for a
@@ -97,6 +104,12 @@ current-context: c
 
 func (f *fakeStorage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	if f.execAfterHelper && strings.HasSuffix(r.URL.Path, "/exec") && strings.Contains(r.URL.RawQuery, "BERTH_COPY") {
+		select {
+		case <-f.helperMade:
+		case <-time.After(5 * time.Second):
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := strings.Trim(r.URL.Path, "/")
@@ -186,6 +199,13 @@ func (f *fakeStorage) serveCore(w http.ResponseWriter, r *http.Request, res, nam
 		switch o := obj.(type) {
 		case *corev1.Pod:
 			o.UID, o.Spec.NodeName = uid, fakeNode
+			if o.Labels[LabelRole] == roleCheckpointIO {
+				select {
+				case <-f.helperMade:
+				default:
+					close(f.helperMade)
+				}
+			}
 			o.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
 				{Name: containerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}
 			f.objs["pods/"+o.Name] = o
@@ -561,6 +581,7 @@ func TestCheckpointNative(t *testing.T) {
 	// volume): berth copies, and never sends a dataSource.
 	t.Run("NeitherCopies", func(t *testing.T) {
 		f := newFakeStorage()
+		f.execAfterHelper = true
 		opts := f.start(t)
 		src := newFakeSource(t, f, opts)
 		src.Checkpoint(context.Background(), "copy")
@@ -574,10 +595,14 @@ func TestCheckpointNative(t *testing.T) {
 		}
 		claims := f.created("persistentvolumeclaims")
 		into := str(claims[len(claims)-1], "metadata", "name")
-		pods := f.created("pods")
-		helper := pods[len(pods)-1]
+		var helper map[string]any
+		for _, p := range f.created("pods") {
+			if str(p, "metadata", "labels", LabelRole) == roleCheckpointIO {
+				helper = p
+			}
+		}
 		vols, _ := nested(helper, "spec", "volumes").([]any)
-		if str(helper, "metadata", "labels", LabelRole) != roleCheckpointIO || len(vols) != 1 ||
+		if helper == nil || len(vols) != 1 ||
 			str(vols[0], "persistentVolumeClaim", "claimName") != into || nested(vols[0], "persistentVolumeClaim", "readOnly") == true {
 			t.Errorf("the copy's helper pod: %v, want one writable volume, the claim %s", helper, into)
 		}
