@@ -49,6 +49,16 @@ var permissions = []permission{
 		when: func(s *settings) bool { return !s.Network }},
 }
 
+// forkPermissions are what berth fork and checkpoints need beyond
+// permissions: a claim to copy into, made and marked complete. With
+// container_persistent they are in permissions already. Their lack does
+// not make the backend unusable: doctor names them on a line of their own.
+var forkPermissions = []permission{
+	{resource: "persistentvolumeclaims", verb: "create", why: "berth fork: create the checkpoint's volume claim"},
+	{resource: "persistentvolumeclaims", verb: "get", why: "berth fork: wait for the checkpoint's claim"},
+	{resource: "persistentvolumeclaims", verb: "patch", why: "berth fork: mark the checkpoint complete"},
+}
+
 // Doctor reports whether the kubernetes backend can work here: which
 // client configuration it uses, whether the cluster answers (and its
 // version), which of the permissions berth needs in the namespace are
@@ -115,6 +125,17 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 		}
 	} else {
 		add("permissions: every verb berth needs in namespace %s is allowed", c.namespace)
+	}
+	if !s.Persistent {
+		var forkMissing []string
+		for _, p := range forkPermissions {
+			if ok, err := allowed(ctx, c, p); err == nil && !ok {
+				forkMissing = append(forkMissing, p.describe()+" ("+p.why+")")
+			}
+		}
+		if len(forkMissing) > 0 {
+			add("berth fork and checkpoints will fail: missing in namespace %s: %s", c.namespace, strings.Join(forkMissing, "; "))
+		}
 	}
 
 	rcs, err := c.api.runtimeClasses().List(ctx, metav1.ListOptions{})

@@ -746,7 +746,7 @@ func testRestrictedUser(t *testing.T, f *fixture) {
 	fp := Doctor(context.Background(), opts)
 	all := strings.Join(fp.Details, "\n")
 	if fp.Usable || !strings.Contains(all, "create pods (create the environment's pod)") || !strings.Contains(all, "create pods/exec") ||
-		strings.Contains(all, "get pods (") {
+		strings.Contains(all, "get pods (") || !strings.Contains(all, "berth fork and checkpoints will fail: missing in namespace "+f.ns+": create persistentvolumeclaims") {
 		t.Errorf("doctor as a pod reader: usable %v\n%s", fp.Usable, all)
 	}
 	_, err := New(context.Background(), opts)
@@ -767,10 +767,37 @@ func testRestrictedUser(t *testing.T, f *fixture) {
 	if fp := Doctor(context.Background(), opts); !fp.Usable {
 		t.Errorf("doctor with the README's role: %s %v", fp.Fix, fp.Details)
 	}
+	nonPersistent := opts
+	nonPersistent.Config.ContainerPersistent = false
+	if fp := Doctor(context.Background(), nonPersistent); !fp.Usable || strings.Contains(strings.Join(fp.Details, "\n"), "berth fork") {
+		t.Errorf("doctor with the README's role, not persistent: usable %v, %v; want no word on fork", fp.Usable, fp.Details)
+	}
 	b := newBackend(t, opts)
 	t.Cleanup(func() { envAdmin{}.Remove(context.Background(), opts, opts.Key) })
-	if out, code := run(t, b, "echo ok"); code != 0 || out != "ok\n" {
+	if out, code := run(t, b, "echo ok > /workspace/f; cat /workspace/f"); code != 0 || out != "ok\n" {
 		t.Errorf("as the README's role: %d %q", code, out)
+	}
+	// berth fork with the same Role, and no ClusterRole: berth may not
+	// read the storage class, so it copies, and the copy, the restore
+	// and the checkpoint's removal need nothing more than the Role.
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cp, err := b.Checkpoint(ctx, "role")
+	if err != nil {
+		t.Fatalf("checkpoint as the README's role: %v", err)
+	}
+	if cp.Meta[metaMethod] != methodCopy {
+		t.Errorf("checkpoint as the README's role: method %q, want a copy", cp.Meta[metaMethod])
+	}
+	fopts := opts
+	fopts.Key = opts.Key + "-fork"
+	t.Cleanup(func() { envAdmin{}.Remove(context.Background(), fopts, fopts.Key) })
+	fork := newBackend(t, from(fopts, cp))
+	if out, code := run(t, fork, "cat /workspace/f"); code != 0 || out != "ok\n" {
+		t.Errorf("fork as the README's role: %d %q", code, out)
+	}
+	if err := (checkpointAdmin{}).Remove(ctx, opts, cp); err != nil {
+		t.Errorf("removing the checkpoint as the README's role: %v", err)
 	}
 }
 
