@@ -316,8 +316,10 @@ func frameNonce(n string) string { return n[:len(n)-ackLen] }
 // Members are: the root's process group and descendants (when the root is
 // ours), every process carrying the mark, and their descendants. TERM goes
 // to the group first (one atomic kill reaches even a process that keeps
-// re-forking), then to every member; after the grace period whatever is left
-// is frozen with STOP and rescanned until no new member appears (so nothing
+// re-forking), then to every other member found before it. Nothing gets TERM
+// twice (a shell running its EXIT trap dies of a second one), and what the
+// TERM's handlers start (the trap's cleanup) gets none: it has the grace to
+// run. After the grace period whatever is left is frozen with STOP and rescanned until no new member appears (so nothing
 // can fork its way out between a scan and the kill), then killed.
 const killScript = `p=$1; g=$2; st=$3; mark=$4
 IFS=' 	
@@ -404,9 +406,19 @@ alive() {
   done
   return 1
 }
-[ $own = 1 ] && kill -s TERM -- "-$p" 2>/dev/null
 t=$(members)
-sig TERM $t
+u=$t
+if [ $own = 1 ]; then
+  kill -s TERM -- "-$p" 2>/dev/null
+  u=
+  for c in $t; do
+    IFS= read -r l 2>/dev/null <"/proc/$c/stat" || continue
+    l=${l##*) }
+    set -- $l
+    [ "$3" = "$p" ] || u="$u $c"
+  done
+fi
+sig TERM $u
 i=0
 while [ $i -lt $g ] && alive; do
   sleep 0.1 2>/dev/null || sleep 1
