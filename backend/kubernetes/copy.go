@@ -54,9 +54,12 @@ var keptDirs = []string{"root", "workspace"}
 // nothing may be written before the exec's streams are registered), and
 // ends with a line "berth-exit N" on stderr: the stream itself reports a
 // status only as the kubelet saw it, and an empty one reads as success.
-// Nothing to archive writes nothing.
+// After that line the script stays 0.2 s, as the shell's wrapper does
+// (process.go): the runtime may cut short its copy of the stderr of a
+// process that ends at once, and the line with it. Nothing to archive
+// writes nothing.
 const tarOutScript = `IFS= read -r __berth_go || exit 0
-cd "$1" || { printf 'berth-exit 1\n' >&2; exit 0; }
+cd "$1" || { printf 'berth-exit 1\n' >&2; sleep 0.2 2>/dev/null; exit 0; }
 export "$2"
 set --
 for d in root workspace; do
@@ -68,6 +71,7 @@ done
 s=0
 if [ $# -gt 0 ]; then tar --numeric-owner -cf - "$@"; s=$?; fi
 printf 'berth-exit %d\n' "$s" >&2
+sleep 0.2 2>/dev/null
 `
 
 // stopMarkedScript kills the processes whose environment holds $1 (a
@@ -80,6 +84,7 @@ for f in $(grep -l -s -z -x -F -e "$1" /proc/[0-9]*/environ); do
   p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null
 done
 printf 'berth-exit 0\n' >&2
+sleep 0.2 2>/dev/null
 `
 
 // tarInScript extracts the archive on stdin under the directory $1, after
@@ -89,7 +94,7 @@ printf 'berth-exit 0\n' >&2
 // a merge). It ends with the same "berth-exit N" line as tarOutScript.
 const tarInScript = `IFS= read -r __berth_go || exit 0
 IFS= read -r n || n=0
-cd "$1" || { printf 'berth-exit 1\n' >&2; exit 0; }
+cd "$1" || { printf 'berth-exit 1\n' >&2; sleep 0.2 2>/dev/null; exit 0; }
 mkdir -p root workspace 2>/dev/null
 if [ "$2" = 1 ]; then
   for d in root workspace; do
@@ -101,6 +106,7 @@ fi
 s=0
 if [ "$n" = 1 ]; then tar --numeric-owner -xf -; s=$?; fi
 printf 'berth-exit %d\n' "$s" >&2
+sleep 0.2 2>/dev/null
 `
 
 // endpoint is one side of a copy: a pod of the backend's namespace and the
