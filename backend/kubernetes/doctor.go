@@ -22,6 +22,9 @@ type permission struct {
 	group, resource, subresource, verb string
 	why                                string
 	when                               func(*settings) bool // nil: always needed
+	// forkOnly: only berth fork and checkpoints need it. Its lack does
+	// not make the backend unusable: doctor names it on a line of its own.
+	forkOnly bool
 }
 
 // permissions lists what berth does in its namespace, and why.
@@ -47,16 +50,14 @@ var permissions = []permission{
 		when: func(s *settings) bool { return !s.Network }},
 	{group: "networking.k8s.io", resource: "networkpolicies", verb: "delete", why: "remove the policy on close",
 		when: func(s *settings) bool { return !s.Network }},
-}
-
-// forkPermissions are what berth fork and checkpoints need beyond
-// permissions: a claim to copy into, made and marked complete. With
-// container_persistent they are in permissions already. Their lack does
-// not make the backend unusable: doctor names them on a line of their own.
-var forkPermissions = []permission{
-	{resource: "persistentvolumeclaims", verb: "create", why: "berth fork: create the checkpoint's volume claim"},
-	{resource: "persistentvolumeclaims", verb: "get", why: "berth fork: wait for the checkpoint's claim"},
-	{resource: "persistentvolumeclaims", verb: "patch", why: "berth fork: mark the checkpoint complete"},
+	// berth fork and checkpoints: a claim to copy into, made and marked
+	// complete (with container_persistent, the verbs above are these).
+	{resource: "persistentvolumeclaims", verb: "create", why: "berth fork: create the checkpoint's volume claim",
+		when: func(s *settings) bool { return !s.Persistent }, forkOnly: true},
+	{resource: "persistentvolumeclaims", verb: "get", why: "berth fork: wait for the checkpoint's claim",
+		when: func(s *settings) bool { return !s.Persistent }, forkOnly: true},
+	{resource: "persistentvolumeclaims", verb: "patch", why: "berth fork: mark the checkpoint complete",
+		when: func(s *settings) bool { return !s.Persistent }, forkOnly: true},
 }
 
 // Doctor reports whether the kubernetes backend can work here: which
@@ -104,7 +105,7 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 		fp.Fix = "create the namespace (kubectl create namespace " + c.namespace + ") or set terminal." + keyNamespace
 	}
 
-	var missing []string
+	var missing, forkMissing []string
 	for _, p := range permissions {
 		if p.when != nil && !p.when(s) {
 			continue
@@ -113,7 +114,10 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 		switch {
 		case err != nil:
 			add("permission check %s: %v", p.describe(), err)
-		case !ok:
+		case ok:
+		case p.forkOnly:
+			forkMissing = append(forkMissing, p.describe()+" ("+p.why+")")
+		default:
 			missing = append(missing, p.describe()+" ("+p.why+")")
 		}
 	}
@@ -126,16 +130,8 @@ func Doctor(ctx context.Context, opts backend.Options) backend.Fingerprint {
 	} else {
 		add("permissions: every verb berth needs in namespace %s is allowed", c.namespace)
 	}
-	if !s.Persistent {
-		var forkMissing []string
-		for _, p := range forkPermissions {
-			if ok, err := allowed(ctx, c, p); err == nil && !ok {
-				forkMissing = append(forkMissing, p.describe()+" ("+p.why+")")
-			}
-		}
-		if len(forkMissing) > 0 {
-			add("berth fork and checkpoints will fail: missing in namespace %s: %s", c.namespace, strings.Join(forkMissing, "; "))
-		}
+	if len(forkMissing) > 0 {
+		add("berth fork and checkpoints will fail: missing in namespace %s: %s", c.namespace, strings.Join(forkMissing, "; "))
 	}
 
 	rcs, err := c.api.runtimeClasses().List(ctx, metav1.ListOptions{})
