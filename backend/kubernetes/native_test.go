@@ -350,6 +350,18 @@ func (f *fakeStorage) created(resource string) []map[string]any {
 	return out
 }
 
+// helper is the last checkpoint helper pod made (its role label says
+// so), as JSON; nil when none was.
+func (f *fakeStorage) helper() map[string]any {
+	var h map[string]any
+	for _, p := range f.created("pods") {
+		if str(p, "metadata", "labels", LabelRole) == roleCheckpointIO {
+			h = p
+		}
+	}
+	return h
+}
+
 // did reports whether a request method on resource/name was made.
 func (f *fakeStorage) did(method, resource, name string) bool {
 	f.mu.Lock()
@@ -491,10 +503,8 @@ func TestCheckpointNative(t *testing.T) {
 			str(rc, "spec", "storageClassName") != "csi-fast" || str(rc, "spec", "resources", "requests", "storage") != "2Gi" {
 			t.Errorf("restored claim: %v", rc)
 		}
-		for _, p := range f.created("pods") {
-			if str(p, "metadata", "labels", LabelRole) == roleCheckpointIO {
-				t.Errorf("a native restore made a helper pod: %v", p)
-			}
+		if p := f.helper(); p != nil {
+			t.Errorf("a native restore made a helper pod: %v", p)
 		}
 		if err := (checkpointAdmin{}).Remove(context.Background(), opts, cp); err != nil || !f.did(http.MethodDelete, "volumesnapshots", cp.ID) {
 			t.Errorf("Remove: %v (snapshot deleted: %v)", err, f.did(http.MethodDelete, "volumesnapshots", cp.ID))
@@ -595,12 +605,7 @@ func TestCheckpointNative(t *testing.T) {
 		}
 		claims := f.created("persistentvolumeclaims")
 		into := str(claims[len(claims)-1], "metadata", "name")
-		var helper map[string]any
-		for _, p := range f.created("pods") {
-			if str(p, "metadata", "labels", LabelRole) == roleCheckpointIO {
-				helper = p
-			}
-		}
+		helper := f.helper()
 		vols, _ := nested(helper, "spec", "volumes").([]any)
 		if helper == nil || len(vols) != 1 ||
 			str(vols[0], "persistentVolumeClaim", "claimName") != into || nested(vols[0], "persistentVolumeClaim", "readOnly") == true {
@@ -625,12 +630,7 @@ func TestCheckpointNative(t *testing.T) {
 		if _, err := New(context.Background(), opts); err == nil {
 			t.Fatal("the restore's copy worked through a fake that refuses exec")
 		}
-		var helper map[string]any
-		for _, p := range f.created("pods") {
-			if str(p, "metadata", "labels", LabelRole) == roleCheckpointIO {
-				helper = p
-			}
-		}
+		helper := f.helper()
 		vols, _ := nested(helper, "spec", "volumes").([]any)
 		if len(vols) != 1 {
 			t.Fatalf("helper pod's volumes: %v", nested(helper, "spec", "volumes"))
