@@ -319,8 +319,9 @@ func frameNonce(n string) string { return n[:len(n)-ackLen] }
 // re-forking), then to every other member found before it. Nothing gets TERM
 // twice (a shell running its EXIT trap dies of a second one), and what the
 // TERM's handlers start (the trap's cleanup) gets none: it has the grace to
-// run. After the grace period whatever is left is frozen with STOP and rescanned until no new member appears (so nothing
-// can fork its way out between a scan and the kill), then killed.
+// run. After the grace period whatever is left is frozen with STOP and
+// rescanned until no new member appears (so nothing can fork its way out
+// between a scan and the kill), then killed.
 const killScript = `p=$1; g=$2; st=$3; mark=$4
 IFS=' 	
 '
